@@ -1,0 +1,196 @@
+"""The decoder: embedding, pre-norm attention / MLP-or-MoE blocks, final norm, LM head.
+
+Users hold parameters as a plain nested dict (`params`); `forward` merges
+them into the NNX module graph inside the traced function, so the whole model
+is one pure function `forward(config, params, tokens, ...)`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from recipe_jax.config import ConfigError
+from recipe_jax.models.attention import Attention
+from recipe_jax.models.config import ModelConfig
+from recipe_jax.models.layers import MLP, RMSNorm, dtype_of, normal_param, rope_cos_sin
+from recipe_jax.models.moe import MoE
+from recipe_jax.models.router import balance_stats, load_balancing_loss
+from recipe_jax.parallel.mesh import BATCH_AXES, batch_shards
+
+
+class ModelOutput(NamedTuple):
+  """What a forward pass returns.
+
+  logits: `[B, T, V]` float32, or None with `return_hidden=True`.
+  hidden_states: `[B, T, D]` after the final norm (the LM head's input).
+  expert_ids: `[L_moe, B, T, k]` int32 experts chosen per MoE layer (None for dense models).
+  aux_loss: scalar load-balancing loss over MoE layers (0 for dense models), unscaled
+    by `router_aux_loss_coef`.
+  expert_load: `[L_moe, E]` token assignments per expert over valid tokens.
+  """
+
+  logits: jax.Array | None
+  hidden_states: jax.Array
+  expert_ids: jax.Array | None
+  aux_loss: jax.Array
+  expert_load: jax.Array | None
+
+
+class DecoderLayer(nnx.Module):
+  def __init__(self, cfg: ModelConfig, layer: int, rngs: nnx.Rngs):
+    self.input_norm = RMSNorm(cfg.hidden_size, cfg)
+    self.attn = Attention(cfg, rngs)
+    self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg)
+    if cfg.is_moe_layer(layer):
+      self.moe = MoE(cfg, rngs)
+    else:
+      self.mlp = MLP(cfg, cfg.intermediate_size, rngs)
+
+  def __call__(self, x, cos, sin, segment_ids, *, mesh, replay_ids):
+    x = x + self.attn(self.input_norm(x), cos, sin, segment_ids)
+    h = self.post_attn_norm(x)
+    if hasattr(self, "moe"):
+      y, routing = self.moe(h, mesh=mesh, replay_ids=replay_ids)
+      return x + y, routing
+    return x + self.mlp(h), None
+
+
+class Transformer(nnx.Module):
+  """Params: embed `[V, D]`, layers (a list of `DecoderLayer`), final_norm `[D]`, and
+  lm_head `[D, V]` unless `tie_word_embeddings`."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.cfg = cfg
+    self.embed = normal_param(rngs, (cfg.vocab_size, cfg.hidden_size), cfg)
+    self.layers = nnx.List([DecoderLayer(cfg, i, rngs) for i in range(cfg.num_layers)])
+    self.final_norm = RMSNorm(cfg.hidden_size, cfg)
+    if not cfg.tie_word_embeddings:
+      self.lm_head = normal_param(rngs, (cfg.hidden_size, cfg.vocab_size), cfg)
+
+  def __call__(self, tokens, positions, segment_ids, *, mesh=None, replay_experts=None,
+               return_hidden=False) -> ModelOutput:
+    cfg = self.cfg
+    dt = dtype_of(cfg.dtype)
+    constrain = _constrainer(mesh)
+    x = constrain(jnp.take(self.embed[...], tokens, axis=0).astype(dt))
+    cos, sin = rope_cos_sin(positions, cfg.rotary_dim, cfg.rope_theta, dt)
+    valid = (segment_ids != 0).reshape(-1)
+    ids, counts, probs = [], [], []
+    for i, layer in enumerate(self.layers):
+      replay = None
+      if replay_experts is not None and cfg.is_moe_layer(i):
+        replay = replay_experts[len(ids)]
+      x, routing = layer(x, cos, sin, segment_ids, mesh=mesh, replay_ids=replay)
+      x = constrain(x)
+      if routing is not None:
+        ids.append(routing.expert_ids.reshape(*tokens.shape, -1))
+        c, p = balance_stats(routing, valid, cfg.num_experts)
+        counts.append(c)
+        probs.append(p)
+    hidden = self.final_norm(x)
+    logits = None
+    if not return_hidden:
+      head = self.embed[...].T if cfg.tie_word_embeddings else self.lm_head[...]
+      logits = jnp.einsum("btd,dv->btv", hidden, head.astype(dt), preferred_element_type=jnp.float32)
+    if ids:
+      counts, probs = jnp.stack(counts), jnp.stack(probs)
+      aux = load_balancing_loss(counts, probs, valid.sum())
+      return ModelOutput(logits, hidden, jnp.stack(ids), aux, counts)
+    return ModelOutput(logits, hidden, None, jnp.zeros((), jnp.float32), None)
+
+
+def _constrainer(mesh):
+  if mesh is None:
+    return lambda x: x
+  spec = P(BATCH_AXES)
+  sharding = NamedSharding(mesh, spec) if isinstance(mesh, jax.sharding.Mesh) else spec
+  return lambda x: jax.lax.with_sharding_constraint(x, sharding)
+
+
+# ----------------------------------------------------------------------------
+# Functional interface
+# ----------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _graph(cfg: ModelConfig):
+  abstract = nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(0)))
+  return nnx.split(abstract)
+
+
+def abstract_params(cfg: ModelConfig) -> dict:
+  """The parameter tree of `cfg` as `jax.ShapeDtypeStruct`s, without allocating anything."""
+  return nnx.to_pure_dict(_graph(cfg)[1])
+
+
+def build_model(cfg: ModelConfig, params: dict) -> Transformer:
+  """An NNX `Transformer` holding `params` (a nested dict as `init_params` returns)."""
+  graphdef, state = _graph(cfg)
+  state = jax.tree.map(lambda x: x, state)
+  nnx.replace_by_pure_dict(state, params)
+  return nnx.merge(graphdef, state)
+
+
+def init_params_unsharded(cfg: ModelConfig, seed: int = 0) -> dict:
+  """Fresh parameters as a nested dict (traceable: `jax.jit` it with output shardings)."""
+  return nnx.to_pure_dict(nnx.state(Transformer(cfg, nnx.Rngs(seed))))
+
+
+def positions_from_segments(segment_ids: jax.Array) -> jax.Array:
+  """Positions that restart at 0 at the start of every segment of a packed row."""
+  t = segment_ids.shape[1]
+  idx = jnp.broadcast_to(jnp.arange(t), segment_ids.shape)
+  starts = jnp.concatenate(
+      [jnp.ones_like(segment_ids[:, :1], bool), segment_ids[:, 1:] != segment_ids[:, :-1]], axis=1)
+  return idx - jax.lax.cummax(jnp.where(starts, idx, 0), axis=1)
+
+
+def _context_mesh():
+  mesh = jax.sharding.get_abstract_mesh()
+  return None if mesh.empty else mesh
+
+
+def forward(config: ModelConfig, params: dict, tokens: jax.Array, *, positions: jax.Array | None = None,
+            segment_ids: jax.Array | None = None, replay_experts: jax.Array | None = None,
+            return_hidden: bool = False, mesh=None) -> ModelOutput:
+  """Runs the model on packed rows.
+
+  Args:
+    config: the model config.
+    params: nested dict of parameters (see `init_params`, `checkpoint.hf.load`).
+    tokens: `[B, T]` int token ids.
+    positions: `[B, T]` rotary positions; default: restart at 0 in every segment.
+    segment_ids: `[B, T]` int; tokens attend only within their own segment; 0
+      marks padding. Default: one segment per row.
+    replay_experts: `[L_moe, B, T, k]` recorded expert ids (routing replay).
+    return_hidden: skip the LM head; `.logits` is None and `.hidden_states` feed
+      a chunked log-prob computation.
+    mesh: the device mesh; default: the mesh set with `jax.set_mesh`, if any.
+      With a mesh, the batch is split over `data, fsdp, expert` and MoE layers
+      run expert-parallel.
+  """
+  tokens = jnp.asarray(tokens)
+  if tokens.ndim != 2:
+    raise ValueError(f"tokens must be [B, T], got shape {tokens.shape}")
+  if segment_ids is None:
+    segment_ids = jnp.ones(tokens.shape, jnp.int32)
+  if positions is None:
+    positions = positions_from_segments(segment_ids)
+  if replay_experts is not None:
+    expected = (config.num_moe_layers, *tokens.shape, config.num_experts_per_tok)
+    if tuple(replay_experts.shape) != expected:
+      raise ValueError(f"replay_experts has shape {tuple(replay_experts.shape)}, expected {expected} "
+                       "[num_moe_layers, B, T, k]")
+  mesh = mesh if mesh is not None else _context_mesh()
+  if mesh is not None and tokens.shape[0] % batch_shards(mesh):
+    raise ConfigError(f"batch size B={tokens.shape[0]} is not divisible by the batch shards "
+                      f"data*fsdp*expert={batch_shards(mesh)} of the mesh")
+  model = build_model(config, params)
+  return model(tokens, positions, segment_ids, mesh=mesh, replay_experts=replay_experts,
+               return_hidden=return_hidden)
