@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from recipe_jax.parallel.mesh import BATCH_AXES, axis_size
+from recipe_jax.parallel.mesh import BATCH_AXES
 
 
 def _ffn_ragged(x, group_sizes, w_gate, w_up, w_down):
@@ -96,7 +96,7 @@ def _local_expert_layout(recv_counts, cap):
   return jnp.minimum(lid, e_local).astype(jnp.int32)                     # [ep, cap]
 
 
-def _expert_parallel_local(x, ids, gates, w_gate, w_up, w_down, *, num_experts, a2a, tensor):
+def _expert_parallel_local(x, ids, gates, w_gate, w_up, w_down, *, num_experts, a2a):
   """Body run on each device inside `shard_map`."""
   ep = jax.lax.axis_size("expert")
   n, k = ids.shape
@@ -139,9 +139,8 @@ def _expert_parallel_local(x, ids, gates, w_gate, w_up, w_down, *, num_experts, 
         y_recv, jnp.zeros((n * k, d), y_recv.dtype), jnp.arange(ep, dtype=jnp.int32) * cap,
         recv_counts.sum(1), offsets_at_src.astype(jnp.int32), send_sizes, axis_name="expert")
 
-  out = _combine(y, order, gates)
-  if tensor > 1:
-    out = jax.lax.psum(out, "tensor")
+  # Each `tensor` shard holds a slice of the expert hidden dimension: sum the partial outputs.
+  out = jax.lax.psum(_combine(y, order, gates), "tensor")
   return out.astype(x.dtype)
 
 
@@ -156,9 +155,8 @@ def experts_sharded(x, ids, gates, w_gate, w_up, w_down, *, mesh, a2a: str = "pa
     a2a: `padded` (jax.lax.all_to_all) or `ragged` (jax.lax.ragged_all_to_all).
   """
   num_experts = w_gate.shape[0]
-  tensor = axis_size(mesh, "tensor")
   tok = P(BATCH_AXES, None)
-  body = functools.partial(_expert_parallel_local, num_experts=num_experts, a2a=a2a, tensor=tensor)
+  body = functools.partial(_expert_parallel_local, num_experts=num_experts, a2a=a2a)
   fn = jax.shard_map(
       body, mesh=mesh,
       in_specs=(tok, tok, tok, P("expert", None, "tensor"), P("expert", None, "tensor"),

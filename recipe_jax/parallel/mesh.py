@@ -61,10 +61,15 @@ class MeshConfig:
 
 
 def make_mesh(shape: MeshConfig | Sequence[int] = MeshConfig(), devices: Sequence | None = None) -> Mesh:
-  """A mesh with axes `MESH_AXES` over `devices` (default: all devices)."""
+  """A mesh with axes `MESH_AXES` over `devices` (default: all devices).
+
+  A fully specified shape smaller than the device list uses its first devices.
+  """
   devices = list(jax.devices() if devices is None else devices)
   if not isinstance(shape, MeshConfig):
     shape = MeshConfig(*shape)
+  if -1 not in shape.shape and math.prod(shape.shape) < len(devices):
+    devices = devices[:math.prod(shape.shape)]
   sizes = shape.resolve(len(devices))
   try:
     return jax.make_mesh(sizes, MESH_AXES, axis_types=(AxisType.Auto,) * 4, devices=devices)
