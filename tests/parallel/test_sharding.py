@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AbstractMesh, AxisType
+from jax.sharding import AbstractMesh, AxisType, PartitionSpec as P
 
 from recipe_jax.config import ConfigError
 from recipe_jax.models import PRESETS, abstract_params, forward, get_preset, init_params
@@ -70,7 +70,7 @@ def test_init_params_creates_each_parameter_on_its_shards():
   expected = param_shardings(cfg, abstract_params(cfg), mesh)
   for p, s in zip(jax.tree.leaves(params), jax.tree.leaves(expected)):
     assert p.sharding == s
-  assert params["layers"][1]["moe"]["gate_proj"].sharding.spec == ("expert", "fsdp", "tensor")
+  assert params["layers"][1]["moe"]["gate_proj"].sharding.spec == P("expert", "fsdp", "tensor")
   # Same seed, same values on any mesh.
   plain = init_params(cfg, seed=3)
   for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(params)):
