@@ -96,7 +96,8 @@ class Source:
       fine += [slice(None)] + [slice(r.start, r.stop) for r in vidx[pos + 1:pos + len(group)]]
       pos += len(group)
     if self.stacked:
-      arr = np.stack([get(self.keys[e], tuple(coarse[1:])) for e in range(coarse[0].start, coarse[0].stop)])
+      experts = range(coarse[0].start, coarse[0].stop)
+      arr = np.stack([get(self.keys[e], tuple(coarse[1:])) for e in experts])
     else:
       arr = get(self.keys[0], tuple(coarse))
     return arr.reshape(shape)[tuple(fine)].transpose(self.perm)
@@ -369,7 +370,8 @@ def save(path, config: ModelConfig, params: dict, *, max_shard_bytes: int = 5 <<
       source = sources[key_path]
       nbytes = math.prod(source.stored) * itemsize
       for key in source.keys:
-        header[key] = {"dtype": code, "shape": list(source.stored), "data_offsets": [offset, offset + nbytes]}
+        header[key] = {"dtype": code, "shape": list(source.stored),
+                       "data_offsets": [offset, offset + nbytes]}
         weight_map[key], offset = name, offset + nbytes
     total += offset
     blob = json.dumps(header, separators=(",", ":")).encode()

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from recipe_jax.models.config import ModelConfig
-from recipe_jax.models.layers import RMSNorm, apply_rope, dtype_of, normal_param, zeros_param
+from recipe_jax.models.layers import ParamKeys, RMSNorm, apply_rope, dtype_of, normal_param, zeros_param
 
 _MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)
 
@@ -71,13 +71,13 @@ class Attention(nnx.Module):
   `qk_norm`, q_norm / k_norm RMSNorm scales `[H]`.
   """
 
-  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, keys: ParamKeys):
     d, n, kv, h = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     self.cfg = cfg
-    self.q_proj = normal_param(rngs, (d, n, h), cfg)
-    self.k_proj = normal_param(rngs, (d, kv, h), cfg)
-    self.v_proj = normal_param(rngs, (d, kv, h), cfg)
-    self.o_proj = normal_param(rngs, (n, h, d), cfg)
+    self.q_proj = normal_param(keys, (d, n, h), cfg)
+    self.k_proj = normal_param(keys, (d, kv, h), cfg)
+    self.v_proj = normal_param(keys, (d, kv, h), cfg)
+    self.o_proj = normal_param(keys, (n, h, d), cfg)
     if cfg.attention_bias:
       pdt = dtype_of(cfg.param_dtype)
       self.q_bias = zeros_param((n, h), pdt)

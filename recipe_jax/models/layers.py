@@ -17,10 +17,28 @@ def dtype_of(name: str) -> jnp.dtype:
   return jnp.dtype(name)
 
 
-def normal_param(rngs: nnx.Rngs, shape, cfg: ModelConfig, dtype=None) -> nnx.Param:
+class ParamKeys:
+  """Hands out a fresh PRNG key per parameter: fold_in(key, 1), fold_in(key, 2), ...
+
+  (A plain counter rather than `nnx.Rngs`, whose per-call bookkeeping made
+  tracing a 92-layer model take most of a minute.)
+  """
+
+  def __init__(self, seed_or_key):
+    key = seed_or_key
+    if isinstance(seed_or_key, int):
+      key = jax.random.key(seed_or_key)
+    self.key, self.count = key, 0
+
+  def __call__(self) -> jax.Array:
+    self.count += 1
+    return jax.random.fold_in(self.key, self.count)
+
+
+def normal_param(keys: ParamKeys, shape, cfg: ModelConfig, dtype=None) -> nnx.Param:
   """A weight drawn from N(0, initializer_range^2), as Hugging Face initializes them."""
   dtype = dtype or dtype_of(cfg.param_dtype)
-  w = cfg.initializer_range * jax.random.normal(rngs.params(), shape, jnp.float32)
+  w = cfg.initializer_range * jax.random.normal(keys(), shape, jnp.float32)
   return nnx.Param(w.astype(dtype))
 
 
@@ -96,11 +114,11 @@ def swiglu(x: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array) -> jax
 class MLP(nnx.Module):
   """SwiGLU feed-forward. Params: gate_proj `[D, F]`, up_proj `[D, F]`, down_proj `[F, D]`."""
 
-  def __init__(self, cfg: ModelConfig, hidden: int, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, hidden: int, keys: ParamKeys):
     d = cfg.hidden_size
-    self.gate_proj = normal_param(rngs, (d, hidden), cfg)
-    self.up_proj = normal_param(rngs, (d, hidden), cfg)
-    self.down_proj = normal_param(rngs, (hidden, d), cfg)
+    self.gate_proj = normal_param(keys, (d, hidden), cfg)
+    self.up_proj = normal_param(keys, (d, hidden), cfg)
+    self.down_proj = normal_param(keys, (hidden, d), cfg)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     return swiglu(x, self.gate_proj[...], self.up_proj[...], self.down_proj[...])

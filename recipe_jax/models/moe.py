@@ -8,15 +8,23 @@ from flax import nnx
 
 from recipe_jax.models import moe_dispatch
 from recipe_jax.models.config import ModelConfig
-from recipe_jax.models.layers import MLP, normal_param, zeros_param
+from recipe_jax.models.layers import ParamKeys, MLP, normal_param, zeros_param
 from recipe_jax.models.router import Routing, route
 
 
-def resolve_all_to_all(choice: str) -> str:
-  """`auto` picks ragged all-to-all on TPU and GPU, padded elsewhere (XLA:CPU lacks it)."""
+def resolve_all_to_all(choice: str, mesh=None) -> str:
+  """`auto` picks ragged all-to-all on TPU and GPU, padded elsewhere (XLA:CPU lacks it).
+
+  The platform is that of the mesh's devices when known, so compiling for a TPU
+  topology from a CPU host takes the TPU path.
+  """
   if choice != "auto":
     return choice
-  return "ragged" if jax.default_backend() in ("tpu", "gpu") else "padded"
+  if isinstance(mesh, jax.sharding.Mesh):
+    platform = mesh.devices.flat[0].platform
+  else:
+    platform = jax.default_backend()
+  return "ragged" if platform in ("tpu", "gpu") else "padded"
 
 
 class MoE(nnx.Module):
@@ -28,17 +36,17 @@ class MoE(nnx.Module):
   `num_shared_experts > 0`.
   """
 
-  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, keys: ParamKeys):
     d, e, m = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
     self.cfg = cfg
-    self.router = normal_param(rngs, (d, e), cfg, dtype=jnp.float32)
+    self.router = normal_param(keys, (d, e), cfg, dtype=jnp.float32)
     if cfg.router_selection_bias:
       self.router_bias = zeros_param((e,), jnp.float32)
-    self.gate_proj = normal_param(rngs, (e, d, m), cfg)
-    self.up_proj = normal_param(rngs, (e, d, m), cfg)
-    self.down_proj = normal_param(rngs, (e, m, d), cfg)
+    self.gate_proj = normal_param(keys, (e, d, m), cfg)
+    self.up_proj = normal_param(keys, (e, d, m), cfg)
+    self.down_proj = normal_param(keys, (e, m, d), cfg)
     if cfg.num_shared_experts:
-      self.shared = MLP(cfg, cfg.shared_intermediate_size, rngs)
+      self.shared = MLP(cfg, cfg.shared_intermediate_size, keys)
 
   def __call__(self, x: jax.Array, *, mesh=None, replay_ids: jax.Array | None = None
                ) -> tuple[jax.Array, Routing]:
@@ -57,7 +65,7 @@ class MoE(nnx.Module):
       y = moe_dispatch.experts_ragged(flat, routing.expert_ids, routing.gates, *weights)
     else:
       y = moe_dispatch.experts_sharded(flat, routing.expert_ids, routing.gates, *weights, mesh=mesh,
-                                       a2a=resolve_all_to_all(cfg.moe_all_to_all))
+                                       a2a=resolve_all_to_all(cfg.moe_all_to_all, mesh))
     y = y.reshape(b, t, d)
     if cfg.num_shared_experts:
       y = y + self.shared(x)

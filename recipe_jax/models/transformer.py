@@ -18,7 +18,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from recipe_jax.config import ConfigError
 from recipe_jax.models.attention import Attention
 from recipe_jax.models.config import ModelConfig
-from recipe_jax.models.layers import MLP, RMSNorm, dtype_of, normal_param, rope_cos_sin
+from recipe_jax.models.layers import ParamKeys, MLP, RMSNorm, dtype_of, normal_param, rope_cos_sin
 from recipe_jax.models.moe import MoE
 from recipe_jax.models.router import balance_stats, load_balancing_loss
 from recipe_jax.parallel.mesh import BATCH_AXES, batch_shards
@@ -43,14 +43,14 @@ class ModelOutput(NamedTuple):
 
 
 class DecoderLayer(nnx.Module):
-  def __init__(self, cfg: ModelConfig, layer: int, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, layer: int, keys: ParamKeys):
     self.input_norm = RMSNorm(cfg.hidden_size, cfg)
-    self.attn = Attention(cfg, rngs)
+    self.attn = Attention(cfg, keys)
     self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg)
     if cfg.is_moe_layer(layer):
-      self.moe = MoE(cfg, rngs)
+      self.moe = MoE(cfg, keys)
     else:
-      self.mlp = MLP(cfg, cfg.intermediate_size, rngs)
+      self.mlp = MLP(cfg, cfg.intermediate_size, keys)
 
   def __call__(self, x, cos, sin, segment_ids, *, mesh, replay_ids):
     x = x + self.attn(self.input_norm(x), cos, sin, segment_ids)
@@ -65,13 +65,13 @@ class Transformer(nnx.Module):
   """Params: embed `[V, D]`, layers (a list of `DecoderLayer`), final_norm `[D]`, and
   lm_head `[D, V]` unless `tie_word_embeddings`."""
 
-  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, keys: ParamKeys):
     self.cfg = cfg
-    self.embed = normal_param(rngs, (cfg.vocab_size, cfg.hidden_size), cfg)
-    self.layers = nnx.List([DecoderLayer(cfg, i, rngs) for i in range(cfg.num_layers)])
+    self.embed = normal_param(keys, (cfg.vocab_size, cfg.hidden_size), cfg)
+    self.layers = nnx.List([DecoderLayer(cfg, i, keys) for i in range(cfg.num_layers)])
     self.final_norm = RMSNorm(cfg.hidden_size, cfg)
     if not cfg.tie_word_embeddings:
-      self.lm_head = normal_param(rngs, (cfg.hidden_size, cfg.vocab_size), cfg)
+      self.lm_head = normal_param(keys, (cfg.hidden_size, cfg.vocab_size), cfg)
 
   def __call__(self, tokens, positions, segment_ids, *, mesh=None, replay_experts=None,
                return_hidden=False) -> ModelOutput:
@@ -120,7 +120,7 @@ def _constrainer(mesh):
 
 @functools.lru_cache(maxsize=64)
 def _graph(cfg: ModelConfig):
-  abstract = nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(0)))
+  abstract = nnx.eval_shape(lambda: Transformer(cfg, ParamKeys(0)))
   return nnx.split(abstract)
 
 
@@ -139,7 +139,7 @@ def build_model(cfg: ModelConfig, params: dict) -> Transformer:
 
 def init_params_unsharded(cfg: ModelConfig, seed: int = 0) -> dict:
   """Fresh parameters as a nested dict (traceable: `jax.jit` it with output shardings)."""
-  return nnx.to_pure_dict(nnx.state(Transformer(cfg, nnx.Rngs(seed))))
+  return nnx.to_pure_dict(nnx.state(Transformer(cfg, ParamKeys(seed))))
 
 
 def positions_from_segments(segment_ids: jax.Array) -> jax.Array:

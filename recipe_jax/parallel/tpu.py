@@ -53,10 +53,11 @@ def _quiet_tpu_runtime_env() -> None:
 
 def tpu_topology_devices(topology: str = "v5p:2x2x1", *, num_slices: int = 1,
                          chips_per_host_bounds: Sequence[int] | None = None) -> list:
-  """Compile-only TPU devices of `topology` (e.g. `v5p:2x2x1`, `v5e:4x4`, `v4:2x2x2`).
+  """Compile-only TPU devices of `topology` (e.g. `v5p:2x2x1`, `v5p:4x4x4`, `v5e:4x4`, `v6e:2x2`).
 
-  The name is `<generation>:<chip grid>`; `v5p-8` style accelerator names are rejected
-  by libtpu. One device per chip (v4 / v5p megacore).
+  The name is `<generation>:<chip grid>`; `v5p-8` style accelerator names are
+  rejected by libtpu. v5p gives one device per chip (megacore); a topology larger
+  than one host (4 chips on v5p) spans several processes, which compiles fine.
   """
   if not libtpu_available():
     raise TpuUnavailableError(
