@@ -10,13 +10,15 @@ replicated.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from recipe_jax.config import ConfigError
-from recipe_jax.models.config import ModelConfig
+
+if TYPE_CHECKING:  # models imports this module; only the type is needed here
+  from recipe_jax.models.config import ModelConfig
 
 # Logical axis -> mesh axis. `R` marks small dimensions kept whole (router outputs).
 AXIS_RULES: dict[str, str | None] = {
