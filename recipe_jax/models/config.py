@@ -22,6 +22,7 @@ RouterScore = Literal["softmax", "sigmoid"]
 MoeImpl = Literal["dense", "ragged"]
 AllToAll = Literal["auto", "padded", "ragged"]
 AttentionImpl = Literal["xla"]
+Remat = Literal["none", "full", "dots", "dots_no_batch"]
 DType = Literal["float32", "bfloat16", "float16"]
 
 
@@ -85,6 +86,10 @@ class ModelConfig:
   moe_impl: MoeImpl = "ragged"
   moe_all_to_all: AllToAll = "auto"
   attention_impl: AttentionImpl = "xla"
+  # Rematerialization of each decoder layer in the backward pass: `none` keeps all
+  # activations, `full` recomputes the layer, `dots` / `dots_no_batch` keep matmul
+  # outputs (all, or those without batch dimensions) and recompute the rest.
+  remat: Remat = "none"
 
   def __post_init__(self):
     for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",

@@ -82,11 +82,12 @@ class Transformer(nnx.Module):
     cos, sin = rope_cos_sin(positions, cfg.rotary_dim, cfg.rope_theta, dt)
     valid = (segment_ids != 0).reshape(-1)
     ids, counts, probs = [], [], []
+    run_layer = _remat(cfg.remat, mesh)
     for i, layer in enumerate(self.layers):
       replay = None
       if replay_experts is not None and cfg.is_moe_layer(i):
         replay = replay_experts[len(ids)]
-      x, routing = layer(x, cos, sin, segment_ids, mesh=mesh, replay_ids=replay)
+      x, routing = run_layer(layer, x, cos, sin, segment_ids, replay)
       x = constrain(x)
       if routing is not None:
         ids.append(routing.expert_ids.reshape(*tokens.shape, -1))
@@ -103,6 +104,21 @@ class Transformer(nnx.Module):
       aux = load_balancing_loss(counts, probs, valid.sum())
       return ModelOutput(logits, hidden, jnp.stack(ids), aux, counts)
     return ModelOutput(logits, hidden, None, jnp.zeros((), jnp.float32), None)
+
+
+_REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+}
+
+
+def _remat(policy: str, mesh):
+  def run(layer, x, cos, sin, segment_ids, replay):
+    return layer(x, cos, sin, segment_ids, mesh=mesh, replay_ids=replay)
+  if policy == "none":
+    return run
+  return nnx.remat(run, policy=_REMAT_POLICIES[policy])
 
 
 def _constrainer(mesh):

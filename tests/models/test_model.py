@@ -138,3 +138,15 @@ def test_replay_shape_is_checked(models):
   cfg, params = models["tiny-moe"]
   with pytest.raises(ValueError, match="num_moe_layers"):
     forward(cfg, params, _tokens(cfg), replay_experts=jnp.zeros((1, 2, 12, 2), jnp.int32))
+
+
+@pytest.mark.parametrize("policy", ["full", "dots_no_batch"])
+def test_rematerialization_gives_the_same_gradients(models, policy):
+  cfg, params = models["tiny-moe"]
+  tok = _tokens(cfg)
+
+  def grads(c):
+    return jax.jit(jax.grad(lambda p: _forward(c, p, tok).logits.std()))(params)
+
+  for a, b in zip(jax.tree.leaves(grads(cfg)), jax.tree.leaves(grads(cfg.replace(remat=policy)))):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
