@@ -1,0 +1,1 @@
+"""The demo task shared by the demo recipe's stages: multi-digit addition, answers boxed."""

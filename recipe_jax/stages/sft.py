@@ -1,0 +1,182 @@
+"""Supervised fine-tuning, top to bottom: `recipe-jax sft --config configs/sft/<file>.py`.
+
+mesh -> tokenizer -> data (Grain: read, validate, render, pack) -> model (fresh or a
+Hugging Face checkpoint) -> train state -> jitted step -> loop (step, log, checkpoint)
+-> drop report, Hugging Face export, and the demo task's held-out exact match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import pathlib
+from typing import Literal
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from recipe_jax.config import ConfigError, require, to_dict
+from recipe_jax.data.pipeline import PipelineConfig, SftPipeline, Source, global_batch
+from recipe_jax.data.sources import ArrayRecordSource, JsonlSource, ParquetSource, tfds_source
+from recipe_jax.data.validate import sft_example_fn
+from recipe_jax.models import ModelConfig, init_params
+from recipe_jax.parallel.mesh import BATCH_AXES, MeshConfig, make_mesh
+from recipe_jax.stages.sft_objective import SftLossConfig, make_sft_loss, sft_normalizers
+from recipe_jax.training import (OptimizerConfig, init_train_state, jit_train_step, learning_rate_schedule,
+                                 make_optimizer, make_train_step)
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSourceConfig:
+  path: str
+  kind: Literal["jsonl", "parquet", "arrayrecord", "tfds"] = "jsonl"
+  weight: float = 1.0
+  name: str = ""
+  split: str = "train"  # tfds only
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoTaskConfig:
+  """The locally generated addition task: data and tokenizer are made if missing."""
+
+  train_records: int = 20_000
+  eval_records: int = 200
+  digits: int = 3
+  tokenizer_vocab: int = 320
+  seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SftConfig:
+  model: ModelConfig
+  pipeline: PipelineConfig
+  output_dir: str
+  steps: int
+  sources: tuple[DataSourceConfig, ...] = ()
+  init_from: str = ""          # a Hugging Face checkpoint directory; empty = fresh weights
+  tokenizer: str = ""          # a tokenizer directory; empty = init_from's, or the demo's
+  template: Literal["qwen3", "glm45"] = "qwen3"
+  policy: Literal["all_assistant", "final_response"] = "all_assistant"
+  strict: bool = False
+  loss: SftLossConfig = SftLossConfig()
+  optimizer: OptimizerConfig = OptimizerConfig()
+  mesh: MeshConfig = MeshConfig()
+  num_micro_batches: int = 1
+  seed: int = 0
+  log_every: int = 10
+  export_hf: bool = True
+  demo: DemoTaskConfig | None = None
+
+  def __post_init__(self):
+    require(self.steps >= 1, "steps", "must be >= 1")
+    require(self.num_micro_batches >= 1, "num_micro_batches", "must be >= 1")
+    require(self.pipeline.batch_size % self.num_micro_batches == 0, "num_micro_batches",
+            f"must divide pipeline.batch_size={self.pipeline.batch_size}")
+    require(bool(self.sources) or self.demo is not None, "sources", "name at least one data source")
+
+
+# ----------------------------------------------------------------------------
+# Data and tokenizer
+# ----------------------------------------------------------------------------
+
+
+def _open_source(s: DataSourceConfig):
+  if s.kind == "jsonl":
+    return JsonlSource(s.path)
+  if s.kind == "parquet":
+    return ParquetSource(s.path)
+  if s.kind == "arrayrecord":
+    return ArrayRecordSource(s.path)
+  return tfds_source(s.path, split=s.split)
+
+
+def prepare_demo(cfg: SftConfig) -> tuple[tuple[DataSourceConfig, ...], str]:
+  """Writes the demo's train/eval JSONL and trains its tokenizer, once, under output_dir."""
+  from recipe_jax.data.tokenizer import train_tokenizer
+  from recipe_jax.demo import addition
+
+  d, root = cfg.demo, pathlib.Path(cfg.output_dir)
+  train = root / "data" / "train.jsonl"
+  tok_dir = root / "tokenizer"
+  if not train.exists():
+    held_out = addition.make_records(d.eval_records, digits=d.digits, seed=d.seed + 1)
+    questions = {r["messages"][0]["content"] for r in held_out}
+    addition.write_jsonl(held_out, root / "data" / "eval.jsonl")
+    addition.write_jsonl(addition.make_records(d.train_records, digits=d.digits, seed=d.seed,
+                                               exclude=questions), train)
+  if not (tok_dir / "tokenizer.json").exists():
+    texts = [json.dumps(r) for r in addition.make_records(2000, digits=d.digits, seed=d.seed + 2)]
+    train_tokenizer(texts, template=cfg.template, vocab_size=d.tokenizer_vocab).save_pretrained(tok_dir)
+  return (DataSourceConfig(str(train), name="addition"),), str(tok_dir)
+
+
+# ----------------------------------------------------------------------------
+# The stage
+# ----------------------------------------------------------------------------
+
+
+def run(cfg: SftConfig, *, resume: bool = False) -> dict:
+  """Trains; returns a summary dict (final loss, drop report, demo accuracy if any)."""
+  from recipe_jax.checkpoint import hf
+  from recipe_jax.data.tokenizer import load_tokenizer
+
+  out_dir = pathlib.Path(cfg.output_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  mesh = make_mesh(cfg.mesh)
+
+  # --- tokenizer and data -----------------------------------------------------
+  sources, tok_path = cfg.sources, cfg.tokenizer or cfg.init_from
+  if cfg.demo is not None:
+    sources, tok_path = prepare_demo(cfg)
+  tokenizer = load_tokenizer(tok_path)
+  example_fn = sft_example_fn(tokenizer, template=cfg.template, policy=cfg.policy, strict=cfg.strict)
+  pipeline = SftPipeline([Source(s.name or pathlib.Path(s.path).stem, _open_source(s), s.weight)
+                          for s in sources], example_fn, cfg.pipeline)
+
+  # --- model and train state ----------------------------------------------------
+  if cfg.init_from:
+    model_cfg, params = hf.load(cfg.init_from, mesh=mesh)
+    model_cfg = dataclasses.replace(model_cfg, dtype=cfg.model.dtype, remat=cfg.model.remat,
+                                    moe_impl=cfg.model.moe_impl)
+  else:
+    model_cfg, params = cfg.model, init_params(cfg.model, mesh=mesh, seed=cfg.seed)
+  if len(tokenizer) > model_cfg.vocab_size:
+    raise ConfigError(f"model.vocab_size: {model_cfg.vocab_size} is smaller than the tokenizer's "
+                      f"{len(tokenizer)} tokens")
+  optimizer = make_optimizer(cfg.optimizer)
+  state = jax.jit(lambda p: init_train_state(p, optimizer))(params)
+  state_shardings = jax.tree.map(lambda x: x.sharding, state)
+  loss_fn = make_sft_loss(model_cfg, cfg.loss, num_micro_batches=cfg.num_micro_batches, mesh=mesh)
+  step_fn = jit_train_step(
+      make_train_step(loss_fn, optimizer, normalizers_fn=sft_normalizers,
+                      num_micro_batches=cfg.num_micro_batches,
+                      learning_rate_fn=learning_rate_schedule(cfg.optimizer)),
+      state_shardings=state_shardings, batch_shardings=NamedSharding(mesh, P(BATCH_AXES)))
+
+  # --- loop -----------------------------------------------------------------------
+  metrics = {}
+  history = []
+  for step in range(int(state.step), cfg.steps):
+    batch = global_batch(next(pipeline), mesh)
+    state, metrics = step_fn(state, batch)
+    if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+      row = {k: float(v) for k, v in metrics.items()}
+      history.append({"step": step + 1, **row})
+      log.info("step %d loss %.4f", step + 1, row["loss"])
+
+  # --- report, export, evaluate -----------------------------------------------------
+  summary = {"steps": int(state.step), "final_loss": float(metrics["loss"]),
+             "data": pipeline.report().to_state(),
+             "history": history}
+  if cfg.export_hf:
+    hf.save(out_dir / "hf", model_cfg, state.params)
+    tokenizer.save_pretrained(out_dir / "hf")
+  if cfg.demo is not None:
+    from recipe_jax.demo import addition
+    eval_records = [json.loads(line) for line in (out_dir / "data" / "eval.jsonl").read_text().splitlines()]
+    summary["demo_exact_match"] = addition.exact_match(model_cfg, state.params, tokenizer, eval_records)
+  (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+  return summary
