@@ -28,6 +28,15 @@ def require(condition: bool, field: str, message: str) -> None:
     raise ConfigError(f"{field}: {message}")
 
 
+def check_choices(config: Any) -> None:
+  """Raises `ConfigError` naming the field when a `Literal` field holds an unlisted value."""
+  for name, hint in _field_types(type(config)).items():
+    if typing.get_origin(hint) is typing.Literal:
+      value = getattr(config, name)
+      require(value in typing.get_args(hint), name,
+              f"{value!r} is not one of {list(typing.get_args(hint))}")
+
+
 # ----------------------------------------------------------------------------
 # Overrides
 # ----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""SFT demo: a tiny Qwen3-style model learns 3-digit addition with boxed answers, on CPU.
+"""SFT demo: a tiny Qwen3-style model learns 2-digit addition with boxed answers, on CPU.
 
 Run: recipe-jax sft --config configs/sft/demo_addition.py
 Hardware: 2 CPU cores, a few minutes. Data (20K problems, 200 held out) and a 320-token
@@ -27,5 +27,5 @@ def get_config() -> SftConfig:
                                 weight_decay=0.01, clip_norm=1.0),
       mesh=MeshConfig(fsdp=1),
       log_every=50,
-      demo=DemoTaskConfig(train_records=20_000, eval_records=200, digits=3),
+      demo=DemoTaskConfig(train_records=20_000, eval_records=200, digits=2),
   )

@@ -91,7 +91,8 @@ def config_from_hf(d: dict[str, Any]) -> ModelConfig:
           moe_intermediate_size=d.get("moe_intermediate_size", 768),
           moe_layer_step=d.get("decoder_sparse_step", 1),
           dense_layers=tuple(sorted(d.get("mlp_only_layers") or ())),
-          router_score="softmax", router_selection_bias=False, router_n_group=1, router_topk_group=1,
+          router_score="softmax", router_logits_dtype="model", router_selection_bias=False,
+          router_n_group=1, router_topk_group=1,
           router_norm_topk_prob=bool(d.get("norm_topk_prob", False)),
           router_aux_loss_coef=float(d.get("router_aux_loss_coef", 0.001)))
   elif glm:

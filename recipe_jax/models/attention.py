@@ -51,6 +51,8 @@ def attention_xla(q: jax.Array, k: jax.Array, v: jax.Array, *, q_segment_ids: ja
   mask = segment_causal_mask(q_segment_ids, kv_segment_ids)[:, None, None]
   scores = jnp.where(mask, scores, _MASKED)
   probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+  # A zero probability times a non-finite padding value is still NaN: zero padding values.
+  v = jnp.where((kv_segment_ids != 0)[:, :, None, None], v, jnp.zeros((), v.dtype))
   out = jnp.einsum("bkgts,bskh->btkgh", probs, v, preferred_element_type=jnp.float32)
   return out.reshape(b, t, n, h).astype(q.dtype)
 

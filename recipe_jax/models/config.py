@@ -15,10 +15,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from recipe_jax.config import ConfigError, require
+from recipe_jax.config import ConfigError, check_choices, require
 
 Family = Literal["qwen3", "qwen3_moe", "glm4_moe"]
 RouterScore = Literal["softmax", "sigmoid"]
+RouterLogitsDtype = Literal["float32", "model"]
 MoeImpl = Literal["dense", "ragged"]
 AllToAll = Literal["auto", "padded", "ragged"]
 AttentionImpl = Literal["xla"]
@@ -73,6 +74,9 @@ class ModelConfig:
   moe_layer_step: int = 1
   dense_layers: tuple[int, ...] = ()
   router_score: RouterScore = "softmax"
+  # Router logits in float32 (GLM-4.5), or in the model dtype then scores in float32
+  # (Hugging Face's Qwen3-MoE; differs from float32 only when the model runs in bf16).
+  router_logits_dtype: RouterLogitsDtype = "float32"
   router_selection_bias: bool = False
   router_n_group: int = 1
   router_topk_group: int = 1
@@ -92,6 +96,8 @@ class ModelConfig:
   remat: Remat = "none"
 
   def __post_init__(self):
+    check_choices(self)
+    object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
     for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers",
                  "num_heads", "num_kv_heads", "head_dim", "max_position_embeddings"):
       require(getattr(self, name) > 0, name, f"must be positive, got {getattr(self, name)}")

@@ -22,6 +22,8 @@ def resolve_all_to_all(choice: str, mesh=None) -> str:
     return choice
   if isinstance(mesh, jax.sharding.Mesh):
     platform = mesh.devices.flat[0].platform
+  elif getattr(mesh, "abstract_device", None) is not None:  # a mesh set with jax.set_mesh
+    platform = mesh.abstract_device.platform
   else:
     platform = jax.default_backend()
   return "ragged" if platform in ("tpu", "gpu") else "padded"
@@ -54,7 +56,10 @@ class MoE(nnx.Module):
     cfg = self.cfg
     b, t, d = x.shape
     flat = x.reshape(b * t, d)
-    logits = flat.astype(jnp.float32) @ self.router[...]
+    if cfg.router_logits_dtype == "model":
+      logits = (flat @ self.router[...].astype(flat.dtype)).astype(jnp.float32)
+    else:  # a true float32 product, also on TPU where the default precision is bf16 passes
+      logits = jnp.matmul(flat.astype(jnp.float32), self.router[...], precision=jax.lax.Precision.HIGHEST)
     bias = self.router_bias[...] if cfg.router_selection_bias else None
     replay = None if replay_ids is None else replay_ids.reshape(b * t, -1)
     routing = route(logits, cfg, selection_bias=bias, replay_ids=replay)

@@ -24,7 +24,8 @@ PRESETS: dict[str, ModelConfig] = {
         family="qwen3_moe", vocab_size=_QWEN3_VOCAB, hidden_size=2048, intermediate_size=6144,
         num_layers=48, num_heads=32, num_kv_heads=4, head_dim=128,
         num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
-        router_score="softmax", router_norm_topk_prob=True, router_aux_loss_coef=0.001),
+        router_score="softmax", router_logits_dtype="model", router_norm_topk_prob=True,
+        router_aux_loss_coef=0.001),
     "glm-4.5-air": ModelConfig(
         family="glm4_moe", vocab_size=_GLM_VOCAB, hidden_size=4096, intermediate_size=10944,
         num_layers=46, num_heads=96, num_kv_heads=8, head_dim=128, partial_rotary_factor=0.5,
@@ -48,7 +49,8 @@ PRESETS: dict[str, ModelConfig] = {
         family="qwen3_moe", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
         num_heads=4, num_kv_heads=2, head_dim=16, max_position_embeddings=2048,
         num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
-        router_score="softmax", router_norm_topk_prob=True, router_aux_loss_coef=0.001),
+        router_score="softmax", router_logits_dtype="model", router_norm_topk_prob=True,
+        router_aux_loss_coef=0.001),
     "tiny-glm": ModelConfig(
         family="glm4_moe", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=3,
         num_heads=4, num_kv_heads=2, head_dim=16, partial_rotary_factor=0.5, rms_norm_eps=1e-5,

@@ -68,7 +68,8 @@ def route(logits: jax.Array, cfg: ModelConfig, *, selection_bias: jax.Array | No
     ids = select_experts(jax.lax.stop_gradient(choice), k=cfg.num_experts_per_tok,
                          n_group=cfg.router_n_group, topk_group=cfg.router_topk_group)
   else:
-    ids = replay_ids.astype(jnp.int32)
+    # Engines may record padding as -1 (or E); such ids must not touch real experts' rows.
+    ids = jnp.clip(replay_ids.astype(jnp.int32), 0, logits.shape[-1] - 1)
   gates = jnp.take_along_axis(scores, ids, axis=-1)
   if cfg.router_norm_topk_prob:
     gates = gates / (gates.sum(-1, keepdims=True) + 1e-20)
@@ -86,8 +87,8 @@ def balance_stats(routing: Routing, valid: jax.Array, num_experts: int) -> tuple
   Returns `(counts [E], prob_sums [E])`; padding tokens (`valid` false) count for nothing.
   """
   w = valid.astype(jnp.float32)
-  one_hot = jax.nn.one_hot(routing.expert_ids, num_experts, dtype=jnp.float32)  # [n, k, E]
-  counts = jnp.einsum("nke,n->e", one_hot, w)
+  k = routing.expert_ids.shape[1]
+  counts = jnp.zeros((num_experts,), jnp.float32).at[routing.expert_ids.reshape(-1)].add(jnp.repeat(w, k))
   prob_sums = jnp.einsum("ne,n->e", routing.balance_probs, w)
   return counts, prob_sums
 

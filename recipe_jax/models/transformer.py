@@ -22,6 +22,7 @@ from recipe_jax.models.layers import ParamKeys, MLP, RMSNorm, dtype_of, normal_p
 from recipe_jax.models.moe import MoE
 from recipe_jax.models.router import balance_stats, load_balancing_loss
 from recipe_jax.parallel.mesh import BATCH_AXES, batch_shards
+from recipe_jax.parallel.sharding import param_specs
 
 
 class ModelOutput(NamedTuple):
@@ -78,7 +79,10 @@ class Transformer(nnx.Module):
     cfg = self.cfg
     dt = dtype_of(cfg.dtype)
     constrain = _constrainer(mesh)
-    x = constrain(jnp.take(self.embed[...], tokens, axis=0).astype(dt))
+    table = self.embed[...]
+    if mesh is not None:  # gather the table over fsdp first: a clean vocab-parallel lookup
+      table = jax.lax.with_sharding_constraint(table, _spec_or_sharding(mesh, P("tensor", None)))
+    x = constrain(jnp.take(table, tokens, axis=0, mode="clip").astype(dt))
     cos, sin = rope_cos_sin(positions, cfg.rotary_dim, cfg.rope_theta, dt)
     valid = (segment_ids != 0).reshape(-1)
     ids, counts, probs = [], [], []
@@ -121,11 +125,14 @@ def _remat(policy: str, mesh):
   return nnx.remat(run, policy=_REMAT_POLICIES[policy])
 
 
+def _spec_or_sharding(mesh, spec):
+  return NamedSharding(mesh, spec) if isinstance(mesh, jax.sharding.Mesh) else spec
+
+
 def _constrainer(mesh):
   if mesh is None:
     return lambda x: x
-  spec = P(BATCH_AXES)
-  sharding = NamedSharding(mesh, spec) if isinstance(mesh, jax.sharding.Mesh) else spec
+  sharding = _spec_or_sharding(mesh, P(BATCH_AXES))
   return lambda x: jax.lax.with_sharding_constraint(x, sharding)
 
 
@@ -168,6 +175,7 @@ def positions_from_segments(segment_ids: jax.Array) -> jax.Array:
 
 
 def _context_mesh():
+  """The mesh set with `jax.set_mesh`, if any (abstract: it also works under `jax.jit`)."""
   mesh = jax.sharding.get_abstract_mesh()
   return None if mesh.empty else mesh
 
@@ -204,9 +212,11 @@ def forward(config: ModelConfig, params: dict, tokens: jax.Array, *, positions: 
       raise ValueError(f"replay_experts has shape {tuple(replay_experts.shape)}, expected {expected} "
                        "[num_moe_layers, B, T, k]")
   mesh = mesh if mesh is not None else _context_mesh()
-  if mesh is not None and tokens.shape[0] % batch_shards(mesh):
-    raise ConfigError(f"batch size B={tokens.shape[0]} is not divisible by the batch shards "
-                      f"data*fsdp*expert={batch_shards(mesh)} of the mesh")
+  if mesh is not None:
+    if tokens.shape[0] % batch_shards(mesh):
+      raise ConfigError(f"batch size B={tokens.shape[0]} is not divisible by the batch shards "
+                        f"data*fsdp*expert={batch_shards(mesh)} of the mesh")
+    param_specs(config, abstract_params(config), mesh)  # names the field a mesh axis does not divide
   model = build_model(config, params)
   return model(tokens, positions, segment_ids, mesh=mesh, replay_experts=replay_experts,
                return_hidden=return_hidden)

@@ -20,15 +20,18 @@ from recipe_jax.config import ConfigError
 if TYPE_CHECKING:  # models imports this module; only the type is needed here
   from recipe_jax.models.config import ModelConfig
 
-# Logical axis -> mesh axis. `R` marks small dimensions kept whole (router outputs).
-AXIS_RULES: dict[str, str | None] = {
-    "V": "tensor", "D": "fsdp", "N": "tensor", "K": "tensor", "H": None,
-    "F": "tensor", "E": "expert", "M": "tensor", "S": "tensor", "R": None,
+# Logical axis -> mesh axes. Outside the experts the model width is sharded over
+# `fsdp` and `expert` together (the expert axis is one more data-parallel axis
+# there); an expert weight's own width axis `d` uses `fsdp` only, since its `E`
+# axis takes `expert`. `R` marks small dimensions kept whole.
+AXIS_RULES: dict[str, tuple[str, ...]] = {
+    "V": ("tensor",), "D": ("fsdp", "expert"), "d": ("fsdp",), "N": ("tensor",), "K": ("tensor",),
+    "H": (), "F": ("tensor",), "E": ("expert",), "M": ("tensor",), "S": ("tensor",), "R": (),
 }
 
 # Logical axis -> the config field that sets its size (for error messages).
 AXIS_FIELDS = {
-    "V": "vocab_size", "D": "hidden_size", "N": "num_heads", "K": "num_kv_heads", "H": "head_dim",
+    "V": "vocab_size", "D": "hidden_size", "d": "hidden_size", "N": "num_heads", "K": "num_kv_heads", "H": "head_dim",
     "F": "intermediate_size", "E": "num_experts", "M": "moe_intermediate_size",
     "S": "num_shared_experts * moe_intermediate_size", "R": "num_experts",
 }
@@ -51,9 +54,9 @@ _DENSE = {
 }
 _ROUTED_EXPERTS = {
     "moe.router": ("D", "R"),
-    "moe.gate_proj": ("E", "D", "M"),
-    "moe.up_proj": ("E", "D", "M"),
-    "moe.down_proj": ("E", "M", "D"),
+    "moe.gate_proj": ("E", "d", "M"),
+    "moe.up_proj": ("E", "d", "M"),
+    "moe.down_proj": ("E", "M", "d"),
 }
 _GLM_EXTRAS = {
     "attn.q_bias": ("N", "H"),
@@ -100,13 +103,13 @@ def _spec(cfg: ModelConfig, path: tuple, shape: tuple[int, ...], mesh_sizes: dic
                       f"{len(axes)} axes {axes}")
   spec = []
   for dim, (letter, size) in enumerate(zip(axes, shape)):
-    mesh_axis = AXIS_RULES[letter]
-    n = mesh_sizes.get(mesh_axis, 1) if mesh_axis else 1
-    if n > 1 and size % n:
+    used = tuple(a for a in AXIS_RULES[letter] if mesh_sizes.get(a, 1) > 1)
+    n = math.prod(mesh_sizes[a] for a in used)
+    if size % n:
       raise ConfigError(
           f"{AXIS_FIELDS[letter]}: parameter {path_str(path)} dimension {dim} ({letter} = {size}) "
-          f"is not divisible by mesh axis {mesh_axis!r} of size {n}")
-    spec.append(mesh_axis if n > 1 else None)
+          f"is not divisible by mesh axes {used} of size {n}")
+    spec.append(None if not used else used[0] if len(used) == 1 else used)
   return P(*spec)
 
 

@@ -150,3 +150,29 @@ def test_rematerialization_gives_the_same_gradients(models, policy):
 
   for a, b in zip(jax.tree.leaves(grads(cfg)), jax.tree.leaves(grads(cfg.replace(remat=policy)))):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_bad_values_at_padding_never_reach_valid_tokens(models, name):
+  """Out-of-vocabulary padding tokens and -1 / E replay ids at padding leave valid tokens alone."""
+  cfg, params = models[name]
+  tok = _tokens(cfg, 2, 10)
+  seg = jnp.array([[1] * 7 + [0] * 3, [1] * 10])
+  ref = forward(cfg, params, tok, segment_ids=seg)
+  bad_tok = tok.at[0, 7:].set(cfg.vocab_size + 5)
+  ids = ref.expert_ids.at[:, 0, 7:].set(-1).at[:, 0, 8:].set(cfg.num_experts)
+  out = forward(cfg, params, bad_tok, segment_ids=seg, replay_experts=ids)
+  assert bool(jnp.isfinite(out.logits).all())
+  np.testing.assert_array_equal(out.logits[0, :7], ref.logits[0, :7])
+  np.testing.assert_array_equal(out.logits[1], ref.logits[1])
+  dense = forward(cfg.replace(moe_impl="dense"), params, bad_tok, segment_ids=seg, replay_experts=ids)
+  np.testing.assert_allclose(dense.logits[0, :7], ref.logits[0, :7], rtol=1e-5, atol=1e-5)
+
+
+def test_choice_fields_are_validated():
+  from recipe_jax.config import ConfigError
+  with pytest.raises(ConfigError, match="^moe_impl:"):
+    get_preset("tiny-moe").replace(moe_impl="Dense")
+  with pytest.raises(ConfigError, match="^family:"):
+    get_preset("tiny-moe").replace(family="llama")
+  assert get_preset("tiny-moe").replace(dense_layers=[0]).dense_layers == (0,)

@@ -77,10 +77,11 @@ def test_init_params_creates_each_parameter_on_its_shards():
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("shape", [(1, 2, 2, 2), (1, 1, 8, 1)], ids=["1x2x2x2", "1x1x8x1"])
 @pytest.mark.parametrize("name", [n for n in PRESETS if not n.startswith("tiny")])
-def test_no_large_parameter_is_left_replicated(name):
+def test_no_large_parameter_is_left_replicated(name, shape):
   cfg = get_preset(name)
-  mesh = AbstractMesh((1, 2, 2, 2), MESH_AXES, axis_types=(AxisType.Auto,) * 4)
+  mesh = AbstractMesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 4)
   abstract = abstract_params(cfg)
   assert replicated_params(abstract, param_specs(cfg, abstract, mesh)) == []
 
@@ -102,6 +103,15 @@ def test_mesh_that_does_not_divide_a_dimension_names_the_field():
   mesh = AbstractMesh((1, 1, 16, 1), MESH_AXES, axis_types=(AxisType.Auto,) * 4)
   with pytest.raises(ConfigError, match="num_experts"):
     param_specs(cfg, abstract_params(cfg), mesh)
+
+
+def test_forward_takes_the_mesh_from_set_mesh(reference):
+  cfg, params, tokens, ref = reference["tiny-moe"]
+  mesh = make_mesh((1, 2, 2, 2))
+  sharded = jax.device_put(params, param_shardings(cfg, params, mesh))
+  with jax.set_mesh(mesh):
+    out = jax.jit(lambda p, t: forward(cfg, p, t))(sharded, tokens)
+  np.testing.assert_allclose(out.logits, ref.logits, rtol=1e-5, atol=1e-5 * float(jnp.abs(ref.logits).max()))
 
 
 def test_batch_must_divide_batch_shards(tiny_model):
