@@ -3,6 +3,7 @@
     recipe-jax models                       # presets with parameter counts, then a tiny forward pass
     recipe-jax models --config configs/models/tiny_moe.py --set model.num_layers=4
     recipe-jax models --set mesh.expert=2   # the forward pass expert-parallel over 2 devices
+    recipe-jax sft --config configs/sft/demo_addition.py [--set steps=100] [--resume] [--strict]
 """
 
 from __future__ import annotations
@@ -87,6 +88,22 @@ def cmd_models(args) -> int:
   return 0
 
 
+def cmd_sft(args) -> int:
+  import json
+  import logging
+
+  from recipe_jax.stages import sft
+
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+  overrides = list(args.set) + (["strict=True"] if args.strict else [])
+  cfg = load_config_file(args.config, overrides=overrides)
+  if not isinstance(cfg, sft.SftConfig):
+    raise ConfigError(f"{args.config} does not define an SftConfig")
+  summary = sft.run(cfg, resume=args.resume)
+  print(json.dumps({k: v for k, v in summary.items() if k != "data"}, indent=1))
+  return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(prog="recipe-jax", description=__doc__.splitlines()[0])
   sub = parser.add_subparsers(dest="command", required=True)
@@ -95,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
   models.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="override a config field, e.g. model.num_layers=2 (repeatable)")
   models.set_defaults(fn=cmd_models)
+  sft_cmd = sub.add_parser("sft", help="supervised fine-tuning (configs/sft/)")
+  sft_cmd.add_argument("--config", required=True, help="a config file defining get_config() -> SftConfig")
+  sft_cmd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config field, e.g. steps=100 (repeatable)")
+  sft_cmd.add_argument("--resume", action="store_true", help="continue from the latest good checkpoint")
+  sft_cmd.add_argument("--strict", action="store_true", help="the first invalid record is an error")
+  sft_cmd.set_defaults(fn=cmd_sft)
   return parser
 
 

@@ -53,8 +53,10 @@ def count_sequences(mask: Float[Array, "B T"], segment_ids: Int[Array, "B T"] | 
   mask = mask.astype(jnp.float32)
   if segment_ids is None:
     return jnp.sum(mask.sum(-1) > 0).astype(jnp.float32)
-  n_s = segment_token_counts(mask, segment_ids)
-  return jnp.sum(jnp.where(mask > 0, 1.0 / jnp.maximum(n_s, 1.0), 0.0))
+  b, t = mask.shape
+  bucket = (jnp.arange(b)[:, None] * (t + 1) + segment_ids).reshape(-1)
+  counts = jax.ops.segment_sum(mask.reshape(-1), bucket, num_segments=b * (t + 1))
+  return jnp.sum(counts > 0).astype(jnp.float32)
 
 
 def sft_loss(logprobs: Float[Array, "B T"], mask: Float[Array, "B T"], *,

@@ -16,6 +16,7 @@ from typing import Literal
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from recipe_jax.checkpoint.orbax import CheckpointConfig, Checkpointer, abstract_state
 from recipe_jax.config import ConfigError, require, to_dict
 from recipe_jax.data.pipeline import PipelineConfig, SftPipeline, Source, global_batch
 from recipe_jax.data.sources import ArrayRecordSource, JsonlSource, ParquetSource, tfds_source
@@ -67,6 +68,10 @@ class SftConfig:
   num_micro_batches: int = 1
   seed: int = 0
   log_every: int = 10
+  checkpoint_every: int = 100
+  keep_checkpoints: int = 3
+  peak_flops_per_second: float = 459e12  # per chip (TPU v5p bf16); MFU is against chips x this
+  progress: bool = True
   export_hf: bool = True
   demo: DemoTaskConfig | None = None
 
@@ -133,8 +138,9 @@ def run(cfg: SftConfig, *, resume: bool = False) -> dict:
     sources, tok_path = prepare_demo(cfg)
   tokenizer = load_tokenizer(tok_path)
   example_fn = sft_example_fn(tokenizer, template=cfg.template, policy=cfg.policy, strict=cfg.strict)
+  pipeline_cfg = dataclasses.replace(cfg.pipeline, strict=cfg.strict or cfg.pipeline.strict)
   pipeline = SftPipeline([Source(s.name or pathlib.Path(s.path).stem, _open_source(s), s.weight)
-                          for s in sources], example_fn, cfg.pipeline)
+                          for s in sources], example_fn, pipeline_cfg)
 
   # --- model and train state ----------------------------------------------------
   if cfg.init_from:
@@ -156,21 +162,39 @@ def run(cfg: SftConfig, *, resume: bool = False) -> dict:
                       learning_rate_fn=learning_rate_schedule(cfg.optimizer)),
       state_shardings=state_shardings, batch_shardings=NamedSharding(mesh, P(BATCH_AXES)))
 
+  # --- resume -------------------------------------------------------------------------
+  checkpointer = Checkpointer(CheckpointConfig(str(out_dir / "checkpoints"), every_steps=cfg.checkpoint_every,
+                                               keep_last=cfg.keep_checkpoints))
+  if checkpointer.steps():
+    if not resume:
+      raise ConfigError(f"output_dir: {out_dir} already holds checkpoints {checkpointer.steps()}; "
+                        "pass --resume to continue, or choose another output_dir")
+    restored = checkpointer.restore(abstract_state(state, state_shardings))
+    state = restored.state
+    pipeline.set_state(restored.data_state)
+    print(f"resumed from step {restored.step} of {checkpointer.steps()}", flush=True)
+
   # --- loop -----------------------------------------------------------------------
+  from recipe_jax.metrics import MetricsWriter, train_flops_per_token
+  seq_len, rows = cfg.pipeline.seq_len, cfg.pipeline.batch_size * jax.process_count()
+  writer = MetricsWriter(out_dir / "metrics", peak_flops_per_second=cfg.peak_flops_per_second * len(mesh.devices.flat),
+                         flops_per_token=train_flops_per_token(model_cfg, seq_len), total_steps=cfg.steps,
+                         progress=cfg.progress, start_step=int(state.step))
   metrics = {}
-  history = []
-  for step in range(int(state.step), cfg.steps):
-    batch = global_batch(next(pipeline), mesh)
-    state, metrics = step_fn(state, batch)
-    if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
-      row = {k: float(v) for k, v in metrics.items()}
-      history.append({"step": step + 1, **row})
-      log.info("step %d loss %.4f", step + 1, row["loss"])
+  with checkpointer, writer:
+    for step in range(int(state.step), cfg.steps):
+      batch = global_batch(next(pipeline), mesh)
+      state, metrics = step_fn(state, batch)
+      writer.write(step + 1, metrics, tokens=rows * seq_len)
+      checkpointer.maybe_save(step + 1, state, pipeline.get_state(), to_dict(cfg), force=step + 1 == cfg.steps)
+      if (step + 1) % cfg.log_every == 0:
+        log.info("step %d loss %.4f %s", step + 1, float(metrics["loss"]), pipeline.report().summary())
 
   # --- report, export, evaluate -----------------------------------------------------
-  summary = {"steps": int(state.step), "final_loss": float(metrics["loss"]),
-             "data": pipeline.report().to_state(),
-             "history": history}
+  report = pipeline.report()
+  print(f"data: {report.summary()}")
+  summary = {"steps": int(state.step), "final_loss": float(metrics["loss"]) if metrics else None,
+             "data": report.to_state()}
   if cfg.export_hf:
     hf.save(out_dir / "hf", model_cfg, state.params)
     tokenizer.save_pretrained(out_dir / "hf")
