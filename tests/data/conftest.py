@@ -16,18 +16,13 @@ import random
 import pytest
 
 from recipe_jax.data import Conversation, Message, ToolCall, template_text
+from recipe_jax.data.tokenizer import CONTROL_TOKENS, SPLIT_PATTERNS
 
-QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-GLM_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-             r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-QWEN_CONTROL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-QWEN_TAGS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
-GLM_CONTROL = ["<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>",
-               "<|observation|>"]
-GLM_TAGS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
-            "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"]
+QWEN_SPLIT, GLM_SPLIT = SPLIT_PATTERNS["qwen3"], SPLIT_PATTERNS["glm45"]
+QWEN_CONTROL = CONTROL_TOKENS["qwen3"][:3]
+QWEN_TAGS = CONTROL_TOKENS["qwen3"][3:]
+GLM_CONTROL = CONTROL_TOKENS["glm45"][:7]
+GLM_TAGS = CONTROL_TOKENS["glm45"][7:]
 
 WORDS = ("the a of to and is in it you that answer tool call weather city temperature search result "
          "think step first then so because value key name query error file path line code test "
