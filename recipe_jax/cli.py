@@ -104,6 +104,18 @@ def cmd_sft(args) -> int:
   return 0
 
 
+def cmd_compile(args) -> int:
+  from recipe_jax.stages import compile as aot
+  from recipe_jax.stages.sft import SftConfig
+
+  cfg = load_config_file(args.config, overrides=args.set)
+  if not isinstance(cfg, SftConfig):
+    raise ConfigError(f"{args.config} does not define an SftConfig")
+  compiled, mesh = aot.compile_sft_step(cfg, args.topology)
+  print("\n".join(aot.report_lines(compiled, mesh, cfg)))
+  return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(prog="recipe-jax", description=__doc__.splitlines()[0])
   sub = parser.add_subparsers(dest="command", required=True)
@@ -119,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
   sft_cmd.add_argument("--resume", action="store_true", help="continue from the latest good checkpoint")
   sft_cmd.add_argument("--strict", action="store_true", help="the first invalid record is an error")
   sft_cmd.set_defaults(fn=cmd_sft)
+  comp = sub.add_parser("compile", help="compile a stage's train step for a TPU topology, ahead of time")
+  comp.add_argument("--config", required=True, help="an SFT config file")
+  comp.add_argument("--topology", default="v5p:2x2x1", help="v5p-8 ... v5p-512, or a chip grid like v5p:2x2x1")
+  comp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+  comp.set_defaults(fn=cmd_compile)
   return parser
 
 

@@ -118,25 +118,36 @@ def override(config: Any, updates: Mapping[str, Any] | Iterable[str]) -> Any:
       key, text = item.split("=", 1)
       parsed[key.strip()] = _parse_scalar(text.strip())
     updates = parsed
+  tree: dict[str, Any] = {}
   for key, value in updates.items():
-    config = _set(config, key.split("."), value, key)
-  return config
+    node = tree
+    parts = key.split(".")
+    for part in parts[:-1]:
+      node = node.setdefault(part, {})
+      if not isinstance(node, dict):
+        raise ConfigError(f"{key}: conflicts with another override of {part}")
+    node[parts[-1]] = (key, value)
+  return _apply(config, tree, "")
 
 
-def _set(node: Any, parts: list[str], value: Any, full_key: str) -> Any:
+def _apply(node: Any, tree: dict[str, Any], prefix: str) -> Any:
+  """Applies a tree of updates with one `replace` per dataclass, so related fields change
+  together (e.g. num_experts and num_experts_per_tok) before validation runs."""
   if not dataclasses.is_dataclass(node):
-    raise ConfigError(f"{full_key}: {type(node).__name__} has no fields to set")
+    raise ConfigError(f"{prefix.rstrip('.')}: {type(node).__name__} has no fields to set")
   types_ = _field_types(type(node))
-  name = parts[0]
-  if name not in types_:
-    raise ConfigError(
-        f"{full_key}: unknown key {name!r} in {type(node).__name__}; "
-        f"valid keys: {', '.join(sorted(types_))}")
-  if len(parts) == 1:
-    new = _coerce(value, types_[name], full_key)
-  else:
-    new = _set(getattr(node, name), parts[1:], value, full_key)
-  return dataclasses.replace(node, **{name: new})
+  changes = {}
+  for name, sub in tree.items():
+    full_key = sub[0] if isinstance(sub, tuple) else prefix + name
+    if name not in types_:
+      raise ConfigError(
+          f"{full_key}: unknown key {name!r} in {type(node).__name__}; "
+          f"valid keys: {', '.join(sorted(types_))}")
+    if isinstance(sub, tuple):
+      changes[name] = _coerce(sub[1], types_[name], full_key)
+    else:
+      changes[name] = _apply(getattr(node, name), sub, prefix + name + ".")
+  return dataclasses.replace(node, **changes)
 
 
 def to_dict(config: Any) -> dict[str, Any]:
