@@ -2,7 +2,7 @@
 
 import sys
 
-BENCHMARKS = {"logprobs": "recipe_jax.bench.logprobs"}
+BENCHMARKS = {"logprobs": "recipe_jax.bench.logprobs", "sft": "recipe_jax.bench.sft"}
 
 
 def main() -> None:

@@ -44,8 +44,11 @@ def _quiet_tpu_runtime_env() -> None:
   JAX sets `TPU_SKIP_MDS_QUERY=1` at import when it sees no TPU chip; only then
   do we fill in a fake single-host identity (a real TPU VM keeps its own). These
   only affect logging: the compile target is the topology passed explicitly.
+  Compile-only use never touches a chip, so several processes (parallel test
+  workers) may load libtpu at once: its single-process lockfile is waived.
   """
   if os.environ.get("TPU_SKIP_MDS_QUERY") == "1":
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5p-8")
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
     os.environ.setdefault("TPU_WORKER_ID", "0")
