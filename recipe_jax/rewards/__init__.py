@@ -1,0 +1,5 @@
+"""Verifiable rewards: each verifier module exposes `score(response, reference, **options) -> Score`."""
+
+from recipe_jax.rewards.score import Score
+
+__all__ = ["Score"]
