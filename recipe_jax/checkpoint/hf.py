@@ -44,6 +44,7 @@ import numpy as np
 
 from recipe_jax.checkpoint.hf_config import CheckpointError, config_from_hf, config_to_hf
 from recipe_jax.models.config import ModelConfig
+from recipe_jax.models.stacking import layer_slices
 from recipe_jax.models.transformer import abstract_params
 from recipe_jax.parallel.sharding import param_shardings, path_str
 
@@ -252,6 +253,23 @@ def _check(cfg: ModelConfig, hf: dict, sources: dict[str, Source], files: dict) 
                           f"({len(problems)} problems):\n  " + "\n  ".join(problems))
 
 
+@dataclasses.dataclass(frozen=True)
+class _LayerStack:
+  """A stacked parameter (`[L, ...]`, scanned layers): one `Source` per layer."""
+
+  layers: tuple[Source, ...]
+
+  def read(self, get, index: tuple[slice, ...]) -> np.ndarray:
+    picked = range(*index[0].indices(len(self.layers)))
+    return np.stack([self.layers[j].read(get, index[1:]) for j in picked])
+
+
+def _source(cfg: ModelConfig, sources: dict[str, Source], path: str):
+  """Where the parameter at `path` (either layout) is stored."""
+  per_layer = [sources[p] for p, _ in layer_slices(cfg, path)]
+  return _LayerStack(tuple(per_layer)) if path.startswith("layer_stacks.") else per_layer[0]
+
+
 def _place(source: Source, files: dict, x: jax.ShapeDtypeStruct, sharding) -> jax.Array:
   """One parameter on its devices; each distinct shard is read from disk once."""
   read = lambda index: source.read(lambda k, s: files[k].read(k, s), index).astype(x.dtype)
@@ -268,7 +286,7 @@ def _place(source: Source, files: dict, x: jax.ShapeDtypeStruct, sharding) -> ja
   return jax.make_array_from_callback(x.shape, sharding, callback)
 
 
-def load(path, mesh=None, *, dtype=None) -> tuple[ModelConfig, dict]:
+def load(path, mesh=None, *, dtype=None, scan_layers: bool = False) -> tuple[ModelConfig, dict]:
   """Reads a Hugging Face checkpoint directory into `(config, params)`.
 
   Args:
@@ -280,6 +298,8 @@ def load(path, mesh=None, *, dtype=None) -> tuple[ModelConfig, dict]:
     dtype: storage dtype of the parameters (`param_dtype`, also used as the
       compute `dtype` of the returned config); default: the checkpoint's
       `dtype`. The router weight and bias stay float32 regardless.
+    scan_layers: read the decoder layers straight into the stacked layout of
+      `models.stacking` (and return a config with `scan_layers=True`).
 
   Raises:
     CheckpointError: an unsupported config, or tensors missing, unexpected or
@@ -289,7 +309,7 @@ def load(path, mesh=None, *, dtype=None) -> tuple[ModelConfig, dict]:
   if not (path / "config.json").is_file():
     raise CheckpointError(f"{path} has no config.json")
   hf = json.loads((path / "config.json").read_text())
-  cfg = config_from_hf(hf)
+  cfg = config_from_hf(hf).replace(scan_layers=scan_layers)
   if dtype is not None:
     name = np.dtype(dtype).name
     if name not in ("float32", "bfloat16", "float16"):
@@ -305,7 +325,7 @@ def load(path, mesh=None, *, dtype=None) -> tuple[ModelConfig, dict]:
     shardings = [None] * len(flat)
   else:
     shardings = jax.tree.leaves(param_shardings(cfg, abstract, mesh))
-  leaves = [_place(sources[path_str(p)], files, x, s) for (p, x), s in zip(flat, shardings)]
+  leaves = [_place(_source(cfg, sources, path_str(p)), files, x, s) for (p, x), s in zip(flat, shardings)]
   return cfg, jax.tree_util.tree_unflatten(treedef, leaves)
 
 
@@ -348,12 +368,14 @@ def save(path, config: ModelConfig, params: dict, *, max_shard_bytes: int = 5 <<
     raise CheckpointError("params do not match the config:\n  " + "\n  ".join(problems))
 
   shards, size = [[]], 0
-  for p, x in flat:
-    nbytes = math.prod(x.shape) * np.dtype(x.dtype).itemsize
-    if shards[-1] and size + nbytes > max_shard_bytes:
-      shards, size = shards + [[]], 0
-    shards[-1].append((path_str(p), x))
-    size += nbytes
+  for p, x in flat:  # stacked (scanned) layers are written layer by layer
+    slices = list(layer_slices(config, path_str(p)))
+    nbytes = math.prod(x.shape) * np.dtype(x.dtype).itemsize // len(slices)
+    for key_path, take in slices:
+      if shards[-1] and size + nbytes > max_shard_bytes:
+        shards, size = shards + [[]], 0
+      shards[-1].append((key_path, x, take))
+      size += nbytes
   names = (["model.safetensors"] if len(shards) == 1 else
            [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
   writer = jax.process_index() == 0
@@ -365,7 +387,7 @@ def save(path, config: ModelConfig, params: dict, *, max_shard_bytes: int = 5 <<
   weight_map, total = {}, 0
   for name, shard in zip(names, shards):
     header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for key_path, x in shard:
+    for key_path, x, _ in shard:
       code, itemsize = _ST_CODES[np.dtype(x.dtype)], np.dtype(x.dtype).itemsize
       source = sources[key_path]
       nbytes = math.prod(source.stored) * itemsize
@@ -379,8 +401,8 @@ def save(path, config: ModelConfig, params: dict, *, max_shard_bytes: int = 5 <<
     with (open(path / name, "wb") if writer else contextlib.nullcontext()) as f:
       if writer:
         f.write(len(blob).to_bytes(8, "little") + blob)
-      for key_path, x in shard:
-        host = _to_host(x)
+      for key_path, x, take in shard:
+        host = _to_host(take(x))
         for _, tensor in sources[key_path].split(host):
           if writer:
             f.write(np.ascontiguousarray(tensor).tobytes())

@@ -1,7 +1,7 @@
 """SFT data layer: conversation schema, readers, validators and chat-template renderers.
 
 Records flow `normalize` (readers) -> `validate` (or `valid_conversations`
-with a `DropReport`) -> a renderer (`render_qwen3`, `render_glm45`), which
+with a `PipelineReport`) -> a renderer (`render_qwen3`, `render_glm45`), which
 returns token ids and a per-token loss mask ready for packing.
 """
 
@@ -16,9 +16,9 @@ from recipe_jax.data.chat_template import (
 )
 from recipe_jax.data.readers import RecordError, normalize
 from recipe_jax.data.schema import ROLES, Conversation, Message, Role, ToolCall, split_inline_reasoning
+from recipe_jax.data.errors import PipelineReport
 from recipe_jax.data.validate import (
     REASONS,
-    DropReport,
     InvalidRecordError,
     check_reasoning_tags,
     check_role_transitions,
@@ -31,7 +31,7 @@ from recipe_jax.data.validate import (
 
 __all__ = [
     "POLICIES", "REASONS", "RENDERERS", "ROLES",
-    "Conversation", "DropReport", "InvalidRecordError", "Message", "RecordError", "Rendered", "Role",
+    "Conversation", "PipelineReport", "InvalidRecordError", "Message", "RecordError", "Rendered", "Role",
     "ToolCall",
     "check_reasoning_tags", "check_role_transitions", "check_supervised", "check_tool_results",
     "normalize", "render_glm45", "render_qwen3", "sft_example_fn", "split_inline_reasoning",

@@ -82,7 +82,7 @@ class PipelineReport:
   dropped: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
   examples: dict[str, list[list[Any]]] = dataclasses.field(default_factory=dict)
 
-  def add_kept(self, source: str, num_tokens: int) -> None:
+  def add_kept(self, source: str, num_tokens: int = 0) -> None:
     self.kept[source] = self.kept.get(source, 0) + 1
     self.kept_tokens[source] = self.kept_tokens.get(source, 0) + int(num_tokens)
 
@@ -123,6 +123,18 @@ class PipelineReport:
   @classmethod
   def from_state(cls, state: dict[str, Any]) -> PipelineReport:
     return cls(**cls(**state).to_state())  # a copy: later counting leaves `state` as it was
+
+  def table(self) -> str:
+    """Several lines for the end of a run: totals, then each reason with its count and the
+    first records dropped for it (`source[index]`)."""
+    lines = [f"records: kept {self.num_kept} of {self.num_kept + self.num_dropped}, "
+             f"dropped {self.num_dropped}"]
+    rows = sorted(((n, s, r) for s, by in self.dropped.items() for r, n in by.items()), reverse=True)
+    width = max((len(f"{s}/{r}") for _, s, r in rows), default=0)
+    for n, s, r in rows:
+      seen = ", ".join(f"{s}[{i}]" for i, _ in self.examples.get(f"{s}/{r}", []))
+      lines.append(f"  {s + '/' + r:<{width}}  {n:>8}  e.g. {seen}")
+    return "\n".join(lines)
 
   def summary(self) -> str:
     """One line for logs: kept and dropped counts with the reasons."""

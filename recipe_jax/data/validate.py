@@ -3,11 +3,11 @@
 Each validator takes a `Conversation` and returns a reason string (one of
 `REASONS`) or None. `validate` runs them in a fixed order and returns the first
 reason. `valid_conversations` reads raw records, drops every record that fails
-to normalize or validate, and records each drop in a `DropReport`: the count
-per reason and, for each reason, the first few `(source, index)` pairs. A run
-prints `report.summary()`. With `DropReport(strict=True)` the first invalid
-record raises `InvalidRecordError` instead. Nothing is dropped without being
-counted. `sft_example_fn` packages the same steps as an `example_fn` for
+to normalize or validate, and counts each drop in a `PipelineReport` (the
+pipeline's own report: counts per source and reason, and the first few record
+indices of each). A run prints `report.table()`. With `strict=True` the first
+invalid record raises `InvalidRecordError` instead. Nothing is dropped without
+being counted. `sft_example_fn` packages the same steps as an `example_fn` for
 `recipe_jax.data.pipeline`, whose own report then counts the drops.
 
 The rules:
@@ -34,11 +34,10 @@ The rules:
 
 from __future__ import annotations
 
-import collections
-import sys
 from typing import Any, Callable, Iterable, Iterator
 
 from recipe_jax.data.chat_template import RENDERERS, supervised_turns
+from recipe_jax.data.errors import DropRecord, PipelineReport
 from recipe_jax.data.readers import RecordError, normalize
 from recipe_jax.data.schema import THINK_CLOSE, THINK_OPEN, Conversation, last_user_index
 
@@ -121,68 +120,31 @@ def validate(conv: Conversation, *, policy: str = "all_assistant") -> str | None
 
 
 class InvalidRecordError(ValueError):
-  """Raised by a strict `DropReport` on the first invalid record."""
+  """Raised in strict mode on the first invalid record."""
 
   def __init__(self, reason: str, source: str, index: int, detail: str = ""):
     self.reason, self.source, self.index, self.detail = reason, source, index, detail
     super().__init__(f"{source}[{index}]: {reason}" + (f" ({detail})" if detail else ""))
 
 
-class DropReport:
-  """Counts dropped records by reason and keeps the first `max_examples` of each."""
-
-  def __init__(self, *, strict: bool = False, max_examples: int = 5):
-    self.strict = strict
-    self.max_examples = max_examples
-    self.kept = 0
-    self.counts: collections.Counter[str] = collections.Counter()
-    self.examples: dict[str, list[tuple[str, int]]] = collections.defaultdict(list)
-
-  @property
-  def dropped(self) -> int:
-    return sum(self.counts.values())
-
-  def keep(self) -> None:
-    self.kept += 1
-
-  def drop(self, reason: str, source: str, index: int, detail: str = "") -> None:
-    """Counts one dropped record; raises `InvalidRecordError` instead in strict mode."""
-    if self.strict:
-      raise InvalidRecordError(reason, source, index, detail)
-    self.counts[reason] += 1
-    if len(self.examples[reason]) < self.max_examples:
-      self.examples[reason].append((source, index))
-
-  def summary(self) -> str:
-    total = self.kept + self.dropped
-    lines = [f"records: kept {self.kept} of {total}, dropped {self.dropped}"]
-    width = max((len(r) for r in self.counts), default=0)
-    for reason, n in self.counts.most_common():
-      seen = ", ".join(f"{s}[{i}]" for s, i in self.examples[reason])
-      lines.append(f"  {reason:<{width}}  {n:>8}  e.g. {seen}")
-    return "\n".join(lines)
-
-  def print(self, file: Any = None) -> None:
-    print(self.summary(), file=file or sys.stderr)
-
-
-def valid_conversations(records: Iterable[Any], *, source: str, report: DropReport,
-                        policy: str = "all_assistant") -> Iterator[Conversation]:
-  """Normalizes and validates `records`, yielding the valid ones and reporting every drop."""
+def valid_conversations(records: Iterable[Any], *, source: str, report: PipelineReport,
+                        policy: str = "all_assistant", strict: bool = False) -> Iterator[Conversation]:
+  """Normalizes and validates `records`, yielding the valid ones and counting every drop in
+  `report`; with `strict`, the first invalid record raises `InvalidRecordError` instead."""
   for index, record in enumerate(records):
     try:
       conv = normalize(record, source=source, index=index)
     except RecordError as e:
-      if report.strict:
-        raise InvalidRecordError("malformed_record", source, index, f"{e.field}: {e.problem}") from e
-      report.drop("malformed_record", source, index, f"{e.field}: {e.problem}")
-      continue
-    reason = validate(conv, policy=policy)
-    if reason is None:
-      report.keep()
-      yield conv
+      reason, detail = "malformed_record", f"{e.field}: {e.problem}"
     else:
-      report.drop(reason, source, index)
+      reason, detail = validate(conv, policy=policy), ""
+      if reason is None:
+        report.add_kept(source)
+        yield conv
+        continue
+    if strict:
+      raise InvalidRecordError(reason, source, index, detail)
+    report.add_dropped(source, index, reason, detail)
 
 
 def sft_example_fn(tokenizer, *, template: str, policy: str = "all_assistant", strict: bool = False,
@@ -195,8 +157,6 @@ def sft_example_fn(tokenizer, *, template: str, policy: str = "all_assistant", s
   raises `InvalidRecordError` instead, which a strict pipeline turns into an
   error naming the source and index.
   """
-  from recipe_jax.data.errors import DropRecord  # the pipeline's drop signal
-
   render = RENDERERS[template]
 
   def example_fn(record: Any, source: str, index: int) -> dict:

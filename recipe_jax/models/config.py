@@ -22,7 +22,7 @@ RouterScore = Literal["softmax", "sigmoid"]
 RouterLogitsDtype = Literal["float32", "model"]
 MoeImpl = Literal["dense", "ragged"]
 AllToAll = Literal["auto", "padded", "ragged"]
-AttentionImpl = Literal["xla"]
+AttentionImpl = Literal["xla", "auto", "pallas_tpu", "pallas_gpu", "pallas_tpu_interpret", "pallas_gpu_interpret"]
 Remat = Literal["none", "full", "dots", "dots_no_batch"]
 DType = Literal["float32", "bfloat16", "float16"]
 
@@ -94,6 +94,12 @@ class ModelConfig:
   # activations, `full` recomputes the layer, `dots` / `dots_no_batch` keep matmul
   # outputs (all, or those without batch dimensions) and recompute the rest.
   remat: Remat = "none"
+  # Run each run of identical consecutive decoder layers (`layer_runs`) as one
+  # `jax.lax.scan` over parameters stacked on a leading layer axis, stored under
+  # `params["layer_stacks"][run]` instead of `params["layers"][i]`. Compile time
+  # then no longer grows with depth; the results are the same (`models.stacking`
+  # converts between the two layouts).
+  scan_layers: bool = False
 
   def __post_init__(self):
     check_choices(self)
@@ -162,6 +168,18 @@ class ModelConfig:
   @property
   def moe_layer_ids(self) -> tuple[int, ...]:
     return tuple(i for i in range(self.num_layers) if self.is_moe_layer(i))
+
+  @property
+  def layer_runs(self) -> tuple[tuple[int, int], ...]:
+    """`(first_layer, count)` of each maximal run of consecutive layers of one kind
+    (dense or MoE), e.g. GLM-4.5-Air: ((0, 1), (1, 45))."""
+    runs: list[list[int]] = []
+    for i in range(self.num_layers):
+      if runs and self.is_moe_layer(i) == self.is_moe_layer(runs[-1][0]):
+        runs[-1][1] += 1
+      else:
+        runs.append([i, 1])
+    return tuple((start, count) for start, count in runs)
 
   @property
   def num_moe_layers(self) -> int:

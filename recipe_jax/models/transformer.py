@@ -64,12 +64,20 @@ class DecoderLayer(nnx.Module):
 
 class Transformer(nnx.Module):
   """Params: embed `[V, D]`, layers (a list of `DecoderLayer`), final_norm `[D]`, and
-  lm_head `[D, V]` unless `tie_word_embeddings`."""
+  lm_head `[D, V]` unless `tie_word_embeddings`.
+
+  With `scan_layers`, `layer_stacks` replaces `layers`: one `DecoderLayer` per
+  entry of `cfg.layer_runs` whose parameters carry a leading layer axis `[L, ...]`.
+  """
 
   def __init__(self, cfg: ModelConfig, keys: ParamKeys):
     self.cfg = cfg
     self.embed = normal_param(keys, (cfg.vocab_size, cfg.hidden_size), cfg)
-    self.layers = nnx.List([DecoderLayer(cfg, i, keys) for i in range(cfg.num_layers)])
+    if cfg.scan_layers:
+      self.layer_stacks = nnx.List([_stacked_layers(cfg, start, count, keys)
+                                    for start, count in cfg.layer_runs])
+    else:
+      self.layers = nnx.List([DecoderLayer(cfg, i, keys) for i in range(cfg.num_layers)])
     self.final_norm = RMSNorm(cfg.hidden_size, cfg)
     if not cfg.tie_word_embeddings:
       self.lm_head = normal_param(keys, (cfg.hidden_size, cfg.vocab_size), cfg)
@@ -85,28 +93,29 @@ class Transformer(nnx.Module):
     x = constrain(jnp.take(table, tokens, axis=0, mode="clip").astype(dt))
     cos, sin = rope_cos_sin(positions, cfg.rotary_dim, cfg.rope_theta, dt)
     valid = (segment_ids != 0).reshape(-1)
-    ids, counts, probs = [], [], []
-    run_layer = _remat(cfg.remat, mesh)
-    for i, layer in enumerate(self.layers):
-      replay = None
-      if replay_experts is not None and cfg.is_moe_layer(i):
-        replay = replay_experts[len(ids)]
-      x, routing = run_layer(layer, x, cos, sin, segment_ids, replay)
-      x = constrain(x)
-      if routing is not None:
-        ids.append(routing.expert_ids.reshape(*tokens.shape, -1))
-        c, p = balance_stats(routing, valid, cfg.num_experts)
-        counts.append(c)
-        probs.append(p)
+
+    def layer_step(layer, x, replay):
+      """One decoder layer: `(x, (expert ids, expert counts, router probs) or None)`."""
+      x, routing = layer(x, cos, sin, segment_ids, mesh=mesh, replay_ids=replay)
+      if routing is None:
+        return constrain(x), None
+      c, p = balance_stats(routing, valid, cfg.num_experts)
+      return constrain(x), (routing.expert_ids.reshape(*tokens.shape, -1), c, p)
+
+    if cfg.scan_layers:
+      x, stats = _scan_layers(cfg, self.layer_stacks, layer_step, x, replay_experts)
+    else:
+      x, stats = _loop_layers(cfg, self.layers, layer_step, x, replay_experts)
+    ids, counts, probs = (list(z) for z in zip(*stats)) if stats else ([], [], [])
     hidden = self.final_norm(x)
     logits = None
     if not return_hidden:
       head = self.embed[...].T if cfg.tie_word_embeddings else self.lm_head[...]
       logits = jnp.einsum("btd,dv->btv", hidden, head.astype(dt), preferred_element_type=jnp.float32)
-    if ids:
-      counts, probs = jnp.stack(counts), jnp.stack(probs)
+    if ids:  # each entry has a leading axis of MoE layers
+      counts, probs = jnp.concatenate(counts), jnp.concatenate(probs)
       aux = load_balancing_loss(counts, probs, valid.sum())
-      return ModelOutput(logits, hidden, jnp.stack(ids), aux, counts)
+      return ModelOutput(logits, hidden, jnp.concatenate(ids), aux, counts)
     return ModelOutput(logits, hidden, None, jnp.zeros((), jnp.float32), None)
 
 
@@ -117,12 +126,51 @@ _REMAT_POLICIES = {
 }
 
 
-def _remat(policy: str, mesh):
-  def run(layer, x, cos, sin, segment_ids, replay):
-    return layer(x, cos, sin, segment_ids, mesh=mesh, replay_ids=replay)
-  if policy == "none":
-    return run
-  return nnx.remat(run, policy=_REMAT_POLICIES[policy])
+def _stacked_layers(cfg: ModelConfig, start: int, count: int, keys: ParamKeys) -> DecoderLayer:
+  """Layers start .. start+count-1 (one kind) as one `DecoderLayer` with stacked parameters.
+
+  Keys are drawn in the same order as for separate layers, so a seed gives the
+  same weights in both layouts.
+  """
+  layers = [DecoderLayer(cfg, start + j, keys) for j in range(count)]
+  graphdef, _ = nnx.split(layers[0])
+  return nnx.merge(graphdef, jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.state(l) for l in layers]))
+
+
+def _loop_layers(cfg: ModelConfig, layers, layer_step, x, replay_experts):
+  """Runs the layers one after another (a Python loop: compile time grows with depth)."""
+  if cfg.remat != "none":
+    layer_step = nnx.remat(layer_step, policy=_REMAT_POLICIES[cfg.remat])
+  stats, moe_index = [], 0
+  for i, layer in enumerate(layers):
+    replay = None
+    if replay_experts is not None and cfg.is_moe_layer(i):
+      replay, moe_index = replay_experts[moe_index], moe_index + 1
+    x, layer_stats = layer_step(layer, x, replay)
+    if layer_stats is not None:
+      stats.append(jax.tree.map(lambda a: a[None], layer_stats))
+  return x, stats
+
+
+def _scan_layers(cfg: ModelConfig, stacks, layer_step, x, replay_experts):
+  """Runs each stack of layers as one `jax.lax.scan` over its leading layer axis."""
+  stats, moe_index = [], 0
+  for (start, count), stack in zip(cfg.layer_runs, stacks):
+    graphdef, state = nnx.split(stack)
+    replay = None
+    if replay_experts is not None and cfg.is_moe_layer(start):
+      replay, moe_index = replay_experts[moe_index:moe_index + count], moe_index + count
+
+    def body(x, xs, graphdef=graphdef):
+      layer_state, layer_replay = xs
+      return layer_step(nnx.merge(graphdef, layer_state), x, layer_replay)
+
+    if cfg.remat != "none":
+      body = jax.checkpoint(body, policy=_REMAT_POLICIES[cfg.remat], prevent_cse=False)
+    x, run_stats = jax.lax.scan(body, x, (state, replay))
+    if run_stats is not None:
+      stats.append(run_stats)
+  return x, stats
 
 
 def _spec_or_sharding(mesh, spec):

@@ -23,17 +23,20 @@ if TYPE_CHECKING:  # models imports this module; only the type is needed here
 # Logical axis -> mesh axes. Outside the experts the model width is sharded over
 # `fsdp` and `expert` together (the expert axis is one more data-parallel axis
 # there); an expert weight's own width axis `d` uses `fsdp` only, since its `E`
-# axis takes `expert`. `R` marks small dimensions kept whole.
+# axis takes `expert`. `R` marks small dimensions kept whole. `L` is the leading
+# layer axis of stacked (scanned) layers: never sharded, since a scan step reads one
+# layer whole.
 AXIS_RULES: dict[str, tuple[str, ...]] = {
     "V": ("tensor",), "D": ("fsdp", "expert"), "d": ("fsdp",), "N": ("tensor",), "K": ("tensor",),
     "H": (), "F": ("tensor",), "E": ("expert",), "M": ("tensor",), "S": ("tensor",), "R": (),
+    "L": (),
 }
 
 # Logical axis -> the config field that sets its size (for error messages).
 AXIS_FIELDS = {
     "V": "vocab_size", "D": "hidden_size", "d": "hidden_size", "N": "num_heads", "K": "num_kv_heads", "H": "head_dim",
     "F": "intermediate_size", "E": "num_experts", "M": "moe_intermediate_size",
-    "S": "num_shared_experts * moe_intermediate_size", "R": "num_experts",
+    "S": "num_shared_experts * moe_intermediate_size", "R": "num_experts", "L": "num_layers",
 }
 
 _DENSE = {
@@ -79,21 +82,26 @@ def path_str(path: tuple) -> str:
   return ".".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
 
 
+def _parts(path: tuple) -> list[str]:
+  return [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+
+
 def table_key(path: tuple) -> str:
-  """`layers.3.attn.q_proj` -> `attn.q_proj`."""
-  parts = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
-  parts = [p for p in parts if not p.isdigit()]
-  if parts and parts[0] == "layers":
+  """`layers.3.attn.q_proj` (or stacked: `layer_stacks.1.attn.q_proj`) -> `attn.q_proj`."""
+  parts = [p for p in _parts(path) if not p.isdigit()]
+  if parts and parts[0] in ("layers", "layer_stacks"):
     parts = parts[1:]
   return ".".join(parts)
 
 
 def logical_axes(cfg: ModelConfig, path: tuple) -> tuple[str, ...]:
+  """The axis letters of a parameter; stacked layers get a leading `L`."""
   key = table_key(path)
   table = SHARDING_TABLES[cfg.family]
   if key not in table:
     raise ConfigError(f"parameter {path_str(path)} has no entry {key!r} in the {cfg.family} sharding table")
-  return table[key]
+  stacked = _parts(path)[:1] == ["layer_stacks"]
+  return ("L",) * stacked + table[key]
 
 
 def _spec(cfg: ModelConfig, path: tuple, shape: tuple[int, ...], mesh_sizes: dict[str, int]) -> P:

@@ -46,8 +46,11 @@ def compile_sft_step(cfg, topology: str):
   """Compiles `cfg`'s SFT train step for `topology`; returns `(compiled, mesh)`."""
   from recipe_jax.parallel.tpu import tpu_topology_mesh
 
-  mesh = tpu_topology_mesh(topology_name(topology), cfg.mesh)
   model = cfg.model
+  if model is None:
+    raise ConfigError("model: compiling needs the architecture in the config (a preset such as "
+                      "get_preset('qwen3-8b')), since no checkpoint is read")
+  mesh = tpu_topology_mesh(topology_name(topology), cfg.mesh)
   optimizer = make_optimizer(cfg.optimizer)
   params = abstract_params(model)
   p_sh = param_shardings(model, params, mesh)

@@ -50,9 +50,21 @@ class DemoTaskConfig:
   seed: int = 0
 
 
+# With `init_from`, the checkpoint fixes the architecture; these fields of `SftConfig.model`
+# choose how it runs.
+# (`router_aux_loss_coef` is a training choice; `initializer_range` does not matter for
+# loaded weights.)
+RUNTIME_FIELDS = ("dtype", "param_dtype", "moe_impl", "moe_all_to_all", "attention_impl", "remat",
+                  "scan_layers", "router_aux_loss_coef", "initializer_range")
+
+
 @dataclasses.dataclass(frozen=True)
 class SftConfig:
-  model: ModelConfig
+  """`model` is the architecture to train from scratch; with `init_from` it may be None (run the
+  checkpoint as stored) or name the architecture to check against the checkpoint plus how to run
+  it (`RUNTIME_FIELDS`)."""
+
+  model: ModelConfig | None
   pipeline: PipelineConfig
   output_dir: str
   steps: int
@@ -81,6 +93,8 @@ class SftConfig:
     require(self.pipeline.batch_size % self.num_micro_batches == 0, "num_micro_batches",
             f"must divide pipeline.batch_size={self.pipeline.batch_size}")
     require(bool(self.sources) or self.demo is not None, "sources", "name at least one data source")
+    require(self.model is not None or bool(self.init_from), "model",
+            "give a model config, or init_from a checkpoint")
 
 
 # ----------------------------------------------------------------------------
@@ -118,6 +132,30 @@ def prepare_demo(cfg: SftConfig) -> tuple[tuple[DataSourceConfig, ...], str]:
   return (DataSourceConfig(str(train), name="addition"),), str(tok_dir)
 
 
+def load_initial_model(cfg: SftConfig, mesh) -> tuple[ModelConfig, dict]:
+  """The `init_from` checkpoint on `mesh`, run as `cfg.model`'s `RUNTIME_FIELDS` say.
+
+  Raises ConfigError naming every architecture field where `cfg.model` and the
+  checkpoint disagree.
+  """
+  from recipe_jax.checkpoint import hf
+
+  want = cfg.model
+  dtype = want.param_dtype if want is not None else None
+  stored, params = hf.load(cfg.init_from, mesh=mesh, dtype=dtype,
+                           scan_layers=want.scan_layers if want is not None else False)
+  if want is None:
+    return stored, params
+  runtime = {name: getattr(want, name) for name in RUNTIME_FIELDS}
+  differ = [f"model.{f.name}={getattr(want, f.name)!r} but the checkpoint has {getattr(stored, f.name)!r}"
+            for f in dataclasses.fields(ModelConfig)
+            if f.name not in RUNTIME_FIELDS and getattr(want, f.name) != getattr(stored, f.name)]
+  if differ:
+    raise ConfigError(f"init_from {cfg.init_from}: the model config does not describe this checkpoint "
+                      "(drop `model` to use the checkpoint's own):\n  " + "\n  ".join(differ))
+  return stored.replace(**runtime), params
+
+
 # ----------------------------------------------------------------------------
 # The stage
 # ----------------------------------------------------------------------------
@@ -144,9 +182,7 @@ def run(cfg: SftConfig, *, resume: bool = False) -> dict:
 
   # --- model and train state ----------------------------------------------------
   if cfg.init_from:
-    model_cfg, params = hf.load(cfg.init_from, mesh=mesh)
-    model_cfg = dataclasses.replace(model_cfg, dtype=cfg.model.dtype, remat=cfg.model.remat,
-                                    moe_impl=cfg.model.moe_impl)
+    model_cfg, params = load_initial_model(cfg, mesh)
   else:
     model_cfg, params = cfg.model, init_params(cfg.model, mesh=mesh, seed=cfg.seed)
   if len(tokenizer) > model_cfg.vocab_size:
@@ -192,7 +228,7 @@ def run(cfg: SftConfig, *, resume: bool = False) -> dict:
 
   # --- report, export, evaluate -----------------------------------------------------
   report = pipeline.report()
-  print(f"data: {report.summary()}")
+  print(report.table())
   summary = {"steps": int(state.step), "final_loss": float(metrics["loss"]) if metrics else None,
              "data": report.to_state()}
   if cfg.export_hf:

@@ -313,3 +313,24 @@ def test_load_onto_mesh(checkpoint, monkeypatch):
   tokens = _tokens(batch=4)
   ours = _forward(cfg, params, tokens, mesh=mesh).logits
   assert _max_diff(ours, _hf_logits(model, tokens).logits.numpy()) <= TOL
+
+
+@pytest.mark.parametrize("name", ["glm", "qwen3_moe"])
+def test_stacked_layout_loads_and_saves_layer_by_layer(checkpoint, tmp_path, name):
+  from recipe_jax.models.stacking import stack_layers, unstack_layers
+
+  model, path = checkpoint(name)
+  cfg, params = hf.load(path)
+  scfg, stacked = hf.load(path, scan_layers=True)
+  assert scfg == cfg.replace(scan_layers=True) and "layers" not in stacked
+  jax.tree.map(np.testing.assert_array_equal, stack_layers(cfg, params), stacked)
+  if jax.device_count() >= 8:  # read straight onto the shards of a mesh
+    _, on_mesh = hf.load(path, make_mesh((1, 2, 2, 2)), scan_layers=True)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), b), on_mesh, stacked)
+  tokens = _tokens(seed=3)
+  ref = _hf_logits(model, tokens).logits.numpy()
+  assert _max_diff(_forward(scfg, stacked, tokens).logits, ref) <= TOL
+  hf.save(tmp_path, scfg, stacked, max_shard_bytes=16 << 10)
+  cfg2, params2 = hf.load(tmp_path)
+  assert cfg2 == cfg
+  jax.tree.map(np.testing.assert_array_equal, unstack_layers(scfg, stacked), params2)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import io
 
 import pytest
 
 from recipe_jax.data import (
+    PipelineReport,
     REASONS,
     Conversation,
-    DropReport,
     InvalidRecordError,
     Message,
     ToolCall,
@@ -113,27 +112,24 @@ RECORDS = [
 
 
 def test_report_counts_every_drop_with_examples():
-  report = DropReport(max_examples=1)
+  report = PipelineReport()
   kept = list(valid_conversations(RECORDS, source="mix.jsonl", report=report))
   assert [c.index for c in kept] == [0, 4]
-  assert report.kept == 2 and report.dropped == 5 and report.kept + report.dropped == len(RECORDS)
-  assert dict(report.counts) == {"invalid_role_transition": 1, "malformed_record": 1,
-                                 "unbalanced_reasoning_tags": 2, "no_supervised_assistant": 1}
-  assert report.examples["unbalanced_reasoning_tags"] == [("mix.jsonl", 3)]   # capped at max_examples
-  assert report.examples["malformed_record"] == [("mix.jsonl", 2)]
-  text = report.summary()
+  assert report.num_kept == 2 and report.num_dropped == 5 and report.num_kept + report.num_dropped == len(RECORDS)
+  assert report.dropped_by_reason() == {"invalid_role_transition": 1, "malformed_record": 1,
+                                        "unbalanced_reasoning_tags": 2, "no_supervised_assistant": 1}
+  assert report.examples["mix.jsonl/unbalanced_reasoning_tags"] == [[3, ""], [5, ""]]
+  assert report.examples["mix.jsonl/malformed_record"][0][0] == 2
+  text = report.table()
   assert text.splitlines()[0] == "records: kept 2 of 7, dropped 5"
-  assert "unbalanced_reasoning_tags" in text and "mix.jsonl[3]" in text and "mix.jsonl[6]" in text
-  out = io.StringIO()
-  report.print(out)
-  assert out.getvalue() == text + "\n"
+  assert "mix.jsonl/unbalanced_reasoning_tags         2  e.g. mix.jsonl[3], mix.jsonl[5]" in text
+  assert "mix.jsonl[6]" in text
 
 
 def test_strict_mode_raises_on_first_invalid_record():
-  report = DropReport(strict=True)
   records = iter(RECORDS)
   with pytest.raises(InvalidRecordError) as info:
-    list(valid_conversations(records, source="mix.jsonl", report=report))
+    list(valid_conversations(records, source="mix.jsonl", report=PipelineReport(), strict=True))
   err = info.value
   assert (err.reason, err.source, err.index) == ("invalid_role_transition", "mix.jsonl", 1)
   assert "mix.jsonl[1]" in str(err)
@@ -142,18 +138,19 @@ def test_strict_mode_raises_on_first_invalid_record():
 
 def test_strict_mode_reports_malformed_field():
   with pytest.raises(InvalidRecordError, match=r"bad\[0\]: malformed_record \(messages\[0\]\.role"):
-    list(valid_conversations([{"messages": [{"role": "x"}]}], source="bad", report=DropReport(strict=True)))
+    list(valid_conversations([{"messages": [{"role": "x"}]}], source="bad", report=PipelineReport(),
+                             strict=True))
 
 
 def test_policy_reaches_validation():
   records = [{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
                            {"role": "user", "content": "q2"},
                            {"role": "assistant", "content": "b", "trainable": False}]}]
-  report = DropReport()
+  report = PipelineReport()
   assert len(list(valid_conversations(records, source="s", report=report, policy="all_assistant"))) == 1
-  report = DropReport()
+  report = PipelineReport()
   assert not list(valid_conversations(records, source="s", report=report, policy="final_response"))
-  assert report.counts["no_supervised_assistant"] == 1
+  assert report.dropped_by_reason() == {"no_supervised_assistant": 1}
 
 
 # --- the pipeline's example_fn ---------------------------------------------------------
