@@ -5,8 +5,10 @@ Run (TPU v5p-256 or larger):
   recipe-jax sft --config configs/sft/rufus_air_glm45_air.py --set init_from=/ckpt/GLM-4.5-Air-Base
 Compile check on any host with the `tpu` extra (experts over 16 chips):
   recipe-jax compile --config configs/sft/rufus_air_glm45_air.py --topology v5p-64
-The recipe packs to 128K-token contexts; this config uses 32K rows until the Pallas attention
-kernels replace the materialized attention mask.
+The recipe packs to 128K-token contexts. Rows are split over data x fsdp x expert only, so every
+chip holds whole rows: one 128K row per chip keeps 46 layer inputs of 1 GiB each under full remat,
+which with the weights and AdamW state does not fit a v5p chip. 128K rows need context
+parallelism (not built yet); this config packs 32K rows, 32 per step on v5p-64 (1M tokens).
 """
 
 from recipe_jax.data.pipeline import PipelineConfig
@@ -20,7 +22,8 @@ from recipe_jax.training import OptimizerConfig
 def get_config() -> SftConfig:
   steps = 30_000
   return SftConfig(
-      model=get_preset("glm-4.5-air").replace(dtype="bfloat16", remat="full", scan_layers=True),
+      model=get_preset("glm-4.5-air").replace(dtype="bfloat16", remat="full", scan_layers=True,
+                                                   attention_impl="auto"),
       pipeline=PipelineConfig(seq_len=32_768, batch_size=4, packing="best_fit", num_epochs=3),
       sources=(DataSourceConfig("data/rufus_air_sft.jsonl"),),
       output_dir="runs/rufus_air_sft",
@@ -31,6 +34,6 @@ def get_config() -> SftConfig:
       optimizer=OptimizerConfig(learning_rate=1e-5, schedule="cosine", warmup_ratio=0.01, total_steps=steps,
                                 end_lr_ratio=0.1, weight_decay=0.1, clip_norm=1.0),
       mesh=MeshConfig(data=1, fsdp=2, expert=16, tensor=1),
-      num_micro_batches=4,
+      num_micro_batches=1,
       checkpoint_every=500,
   )

@@ -19,7 +19,8 @@ from recipe_jax.training import OptimizerConfig
 def get_config() -> SftConfig:
   steps = 20_000
   return SftConfig(
-      model=get_preset("qwen3-8b").replace(dtype="bfloat16", remat="dots_no_batch", scan_layers=True),
+      model=get_preset("qwen3-8b").replace(dtype="bfloat16", remat="dots_no_batch", scan_layers=True,
+                                                attention_impl="auto"),
       pipeline=PipelineConfig(seq_len=4096, batch_size=16, packing="best_fit", num_epochs=2),
       sources=(DataSourceConfig("data/tulu3_sft_mixture.jsonl"),),
       output_dir="runs/tulu3_qwen3_8b",

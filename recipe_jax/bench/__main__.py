@@ -2,7 +2,12 @@
 
 import sys
 
-BENCHMARKS = {"logprobs": "recipe_jax.bench.logprobs", "sft": "recipe_jax.bench.sft"}
+BENCHMARKS = {
+    "attention": "recipe_jax.bench.attention",
+    "logprobs": "recipe_jax.bench.logprobs",
+    "rewards": "recipe_jax.bench.rewards",
+    "sft": "recipe_jax.bench.sft",
+}
 
 
 def main() -> None:

@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from recipe_jax.kernels.dispatch import flash_attention
+from recipe_jax.kernels.reference import check_attention_shapes
 from recipe_jax.models.config import ModelConfig
 from recipe_jax.models.layers import ParamKeys, RMSNorm, apply_rope, dtype_of, normal_param, zeros_param
 
@@ -57,12 +59,23 @@ def attention_xla(q: jax.Array, k: jax.Array, v: jax.Array, *, q_segment_ids: ja
   return out.reshape(b, t, n, h).astype(q.dtype)
 
 
-def attention(q, k, v, *, q_segment_ids, kv_segment_ids, scale, impl: str = "xla"):
-  """Dispatches to the configured attention implementation (see `attention_xla`)."""
+def attention(q, k, v, *, q_segment_ids, kv_segment_ids, scale, impl: str = "xla", mesh=None):
+  """Causal segment attention through the configured implementation (`ModelConfig.attention_impl`).
+
+  `xla` runs `attention_xla`; `auto`, `pallas_tpu`, `pallas_gpu` and their
+  `_interpret` forms go through `recipe_jax.kernels.dispatch`, which picks the
+  Pallas kernel, logs the choice, falls back to `attention_xla` (with a logged
+  reason) for shapes or meshes a kernel cannot take, and runs kernels inside
+  `shard_map` over `mesh` (default: the context mesh). Mismatched shapes raise
+  ValueError. Padding query rows (segment 0) give zeros in the kernels and the
+  mean of the values here; they carry no loss.
+  """
   if impl == "xla":
+    check_attention_shapes(q, k, v, q_segment_ids, kv_segment_ids)
     return attention_xla(q, k, v, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                          scale=scale)
-  raise ValueError(f"attention_impl {impl!r} is not available")
+  return flash_attention(q, k, v, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                         scale=scale, impl=impl, mesh=mesh, reference=attention_xla)
 
 
 class Attention(nnx.Module):
@@ -89,7 +102,20 @@ class Attention(nnx.Module):
       self.q_norm = RMSNorm(h, cfg)
       self.k_norm = RMSNorm(h, cfg)
 
-  def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, segment_ids: jax.Array) -> jax.Array:
+  def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, segment_ids: jax.Array, *,
+               mesh=None) -> jax.Array:
+    q, k, v = self.project_qkv(x, cos, sin)
+    out = attention(q, k, v, q_segment_ids=segment_ids, kv_segment_ids=segment_ids,
+                    scale=self.cfg.head_dim ** -0.5, impl=self.cfg.attention_impl, mesh=mesh)
+    return self.project_out(out)
+
+  def project_qkv(self, x: jax.Array, cos: jax.Array, sin: jax.Array
+                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Rotated queries `[B, T, N, H]`, rotated keys and values `[B, T, K, H]` for `x` `[B, T, D]`.
+
+    (The KV-cache paths in `models.cached` call this and `project_out` around
+    their own attention over cached keys.)
+    """
     cfg = self.cfg
     dt = x.dtype
     q = jnp.einsum("btd,dnh->btnh", x, self.q_proj[...].astype(dt))
@@ -101,7 +127,8 @@ class Attention(nnx.Module):
       v = v + self.v_bias[...].astype(dt)
     if cfg.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    out = attention(q, k, v, q_segment_ids=segment_ids, kv_segment_ids=segment_ids,
-                    scale=cfg.head_dim ** -0.5, impl=cfg.attention_impl)
-    return jnp.einsum("btnh,nhd->btd", out, self.o_proj[...].astype(dt))
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+  def project_out(self, out: jax.Array) -> jax.Array:
+    """The output projection: attention output `[B, T, N, H]` -> `[B, T, D]`."""
+    return jnp.einsum("btnh,nhd->btd", out, self.o_proj[...].astype(out.dtype))

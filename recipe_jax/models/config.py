@@ -22,7 +22,8 @@ RouterScore = Literal["softmax", "sigmoid"]
 RouterLogitsDtype = Literal["float32", "model"]
 MoeImpl = Literal["dense", "ragged"]
 AllToAll = Literal["auto", "padded", "ragged"]
-AttentionImpl = Literal["xla", "auto", "pallas_tpu", "pallas_gpu", "pallas_tpu_interpret", "pallas_gpu_interpret"]
+AttentionImpl = Literal["xla", "auto", "pallas_tpu", "pallas_gpu", "pallas_tpu_interpret",
+                        "pallas_gpu_interpret"]
 Remat = Literal["none", "full", "dots", "dots_no_batch"]
 DType = Literal["float32", "bfloat16", "float16"]
 

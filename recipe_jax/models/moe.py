@@ -10,6 +10,7 @@ from recipe_jax.models import moe_dispatch
 from recipe_jax.models.config import ModelConfig
 from recipe_jax.models.layers import ParamKeys, MLP, normal_param, zeros_param
 from recipe_jax.models.router import Routing, route
+from recipe_jax.parallel.mesh import mesh_platform
 
 
 def resolve_all_to_all(choice: str, mesh=None) -> str:
@@ -20,13 +21,7 @@ def resolve_all_to_all(choice: str, mesh=None) -> str:
   """
   if choice != "auto":
     return choice
-  if isinstance(mesh, jax.sharding.Mesh):
-    platform = mesh.devices.flat[0].platform
-  elif getattr(mesh, "abstract_device", None) is not None:  # a mesh set with jax.set_mesh
-    platform = mesh.abstract_device.platform
-  else:
-    platform = jax.default_backend()
-  return "ragged" if platform in ("tpu", "gpu") else "padded"
+  return "ragged" if mesh_platform(mesh) in ("tpu", "gpu") else "padded"
 
 
 class MoE(nnx.Module):

@@ -54,7 +54,7 @@ class DecoderLayer(nnx.Module):
       self.mlp = MLP(cfg, cfg.intermediate_size, keys)
 
   def __call__(self, x, cos, sin, segment_ids, *, mesh, replay_ids):
-    x = x + self.attn(self.input_norm(x), cos, sin, segment_ids)
+    x = x + self.attn(self.input_norm(x), cos, sin, segment_ids, mesh=mesh)
     h = self.post_attn_norm(x)
     if hasattr(self, "moe"):
       y, routing = self.moe(h, mesh=mesh, replay_ids=replay_ids)

@@ -86,3 +86,16 @@ def axis_size(mesh, name: str) -> int:
 
 def batch_shards(mesh) -> int:
   return math.prod(axis_size(mesh, a) for a in BATCH_AXES)
+
+
+def mesh_platform(mesh=None) -> str:
+  """The platform of `mesh`'s devices ("cpu", "gpu", "tpu"), else JAX's default backend.
+
+  A compile-only TPU topology mesh says "tpu" on a CPU host, so `auto` choices made
+  from it pick the TPU code path when compiling ahead of time.
+  """
+  if isinstance(mesh, jax.sharding.Mesh):
+    return mesh.devices.flat[0].platform
+  if getattr(mesh, "abstract_device", None) is not None:  # an abstract mesh (jax.set_mesh)
+    return mesh.abstract_device.platform
+  return jax.default_backend()

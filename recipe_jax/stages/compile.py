@@ -38,6 +38,11 @@ def topology_name(name: str) -> str:
                     "such as v5p:2x2x1")
 
 
+def global_rows(cfg, mesh) -> int:
+  """Rows per step on the slice: each 4-chip v5p host feeds `pipeline.batch_size` rows."""
+  return cfg.pipeline.batch_size * (len(mesh.devices.flat) // 4 or 1)
+
+
 def _abstract(tree, shardings):
   return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
 
@@ -61,7 +66,7 @@ def compile_sft_step(cfg, topology: str):
   state_sh = TrainState(replicated, p_sh, o_sh)
   state = TrainState(jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated), _abstract(params, p_sh),
                      _abstract(opt_state, o_sh))
-  rows = cfg.pipeline.batch_size * (len(mesh.devices.flat) // 4 or 1)  # each 4-chip host feeds its rows
+  rows = global_rows(cfg, mesh)
   batch_sh = NamedSharding(mesh, P(BATCH_AXES))
   shape = (rows, cfg.pipeline.seq_len)
   batch = {k: jax.ShapeDtypeStruct(shape, dt, sharding=batch_sh) for k, dt in
@@ -77,8 +82,16 @@ def compile_sft_step(cfg, topology: str):
 def report_lines(compiled, mesh, cfg) -> list[str]:
   from recipe_jax.parallel.tpu import compile_report
 
+  from recipe_jax.metrics import train_flops_per_token
+
   r = compile_report(compiled)
   gib = 2**30
+  chips = len(mesh.devices.flat)
+  rows = global_rows(cfg, mesh)
+  model_flops = train_flops_per_token(cfg.model, cfg.pipeline.seq_len) * rows * cfg.pipeline.seq_len / chips
+  # XLA's cost analysis counts a while loop's body once, so with scanned layers it misses
+  # (layers - runs) layers; the analytic count (6N + attention, PaLM) is the one to trust there.
+  scanned = " (scanned layers: the loop body counted once)" if cfg.model.scan_layers else ""
   sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
   fits = "fits" if r.peak_bytes <= V5P_HBM_BYTES else "does NOT fit"
   flops = "n/a" if r.flops is None else f"{r.flops:.3e} FLOP"
@@ -87,5 +100,6 @@ def report_lines(compiled, mesh, cfg) -> list[str]:
       f"{mesh.devices.flat[0].device_kind} chips, mesh {sizes}, batch {cfg.pipeline.seq_len} tokens/row",
       f"per chip: arguments {r.argument_bytes / gib:.2f} GiB, temporaries {r.temp_bytes / gib:.2f} GiB, "
       f"peak {r.peak_bytes / gib:.2f} GiB of {V5P_HBM_BYTES / gib:.0f} GiB HBM ({fits})",
-      f"compiled cost per chip: {flops}",
+      f"compiled cost per chip: {flops}{scanned}",
+      f"model FLOPs per chip and step (6N + attention): {model_flops:.3e}",
   ]
