@@ -29,3 +29,41 @@ def _tiny_model(name: str):
 def tiny_model():
   """`tiny_model(name) -> (config, params)`, created once per test process."""
   return _tiny_model
+
+
+# The SFT demo run, trained once per test session and shared by the proofs that need a trained
+# model (the SFT proof itself, DPO). Under pytest-xdist the workers share one run: the first to
+# arrive trains it under a file lock, the others wait and reuse it.
+SFT_DEMO_CONFIG = "configs/sft/demo_addition.py"
+SFT_DEMO_CI_OVERRIDES = ("progress=False",)
+
+
+@pytest.fixture(scope="session")
+def sft_demo_run(tmp_path_factory):
+  """A finished `recipe-jax sft --config configs/sft/demo_addition.py` run directory: hf/ (weights
+  and tokenizer), data/eval.jsonl, summary.json (with demo_exact_match), metrics/."""
+  import fcntl
+  import json
+  import pathlib
+  import subprocess
+  import sys
+
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    root = root.parent  # shared by the workers of this session
+  out = root / "sft_demo_run"
+  with open(root / "sft_demo_run.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not (out / "summary.json").exists():
+      cmd = [sys.executable, "-m", "recipe_jax.cli", "sft", "--config", SFT_DEMO_CONFIG,
+             "--set", f"output_dir={out}"]
+      for item in SFT_DEMO_CI_OVERRIDES:
+        cmd += ["--set", item]
+      env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu")
+      done = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                            cwd=pathlib.Path(__file__).parent.parent)
+      if done.returncode != 0:
+        raise RuntimeError(f"the SFT demo run failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
+                           f"{done.stderr[-3000:]}")
+    json.loads((out / "summary.json").read_text())
+  return out
