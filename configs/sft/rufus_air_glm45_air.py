@@ -23,7 +23,7 @@ def get_config() -> SftConfig:
   steps = 30_000
   return SftConfig(
       model=get_preset("glm-4.5-air").replace(dtype="bfloat16", remat="full", scan_layers=True,
-                                                   attention_impl="auto"),
+                                                   attention_impl="auto", moe_token_chunk=2048),
       pipeline=PipelineConfig(seq_len=32_768, batch_size=4, packing="best_fit", num_epochs=3),
       sources=(DataSourceConfig("data/rufus_air_sft.jsonl"),),
       output_dir="runs/rufus_air_sft",

@@ -90,6 +90,11 @@ class ModelConfig:
   param_dtype: DType = "float32"
   moe_impl: MoeImpl = "ragged"
   moe_all_to_all: AllToAll = "auto"
+  # Expert parallelism exchanges at most this many tokens per device at a time (0: all of
+  # them). Dropless exchange buffers hold the worst case, `expert_parallelism * tokens * k`
+  # rows, so long rows need chunks: GLM-4.5-Air with 32K tokens per chip and 16-way expert
+  # parallelism would otherwise need 34 GB for one buffer.
+  moe_token_chunk: int = 0
   attention_impl: AttentionImpl = "xla"
   # Rematerialization of each decoder layer in the backward pass: `none` keeps all
   # activations, `full` recomputes the layer, `dots` / `dots_no_batch` keep matmul
@@ -149,6 +154,7 @@ class ModelConfig:
             f"router_topk_group={self.router_topk_group} selectable groups")
     require(self.router_scaling_factor > 0, "router_scaling_factor", "must be positive")
     require(self.router_aux_loss_coef >= 0, "router_aux_loss_coef", "must be >= 0")
+    require(self.moe_token_chunk >= 0, "moe_token_chunk", "must be >= 0 (0: no chunks)")
 
   # --------------------------------------------------------------------------
   # Derived properties

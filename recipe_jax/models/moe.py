@@ -65,7 +65,8 @@ class MoE(nnx.Module):
       y = moe_dispatch.experts_ragged(flat, routing.expert_ids, routing.gates, *weights)
     else:
       y = moe_dispatch.experts_sharded(flat, routing.expert_ids, routing.gates, *weights, mesh=mesh,
-                                       a2a=resolve_all_to_all(cfg.moe_all_to_all, mesh))
+                                       a2a=resolve_all_to_all(cfg.moe_all_to_all, mesh),
+                                       token_chunk=cfg.moe_token_chunk)
     y = y.reshape(b, t, d)
     if cfg.num_shared_experts:
       y = y + self.shared(x)

@@ -144,7 +144,27 @@ def _expert_parallel_local(x, ids, gates, w_gate, w_up, w_down, *, num_experts, 
   return out.astype(x.dtype)
 
 
-def experts_sharded(x, ids, gates, w_gate, w_up, w_down, *, mesh, a2a: str = "padded"):
+def _in_token_chunks(body, chunk: int):
+  """Runs `body(x, ids, gates, *weights)` on `chunk` tokens at a time (a `lax.map` over chunks).
+
+  Each chunk's exchange buffers are sized for `chunk` tokens, so the dropless worst
+  case (`ep * chunk * k` rows) stays bounded however many tokens a device holds. The
+  chunk body is rematerialized: the backward pass keeps only each chunk's inputs.
+  """
+  def run(x, ids, gates, *weights):
+    n = x.shape[0]
+    if chunk <= 0 or n <= chunk:
+      return body(x, ids, gates, *weights)
+    if n % chunk:
+      raise ValueError(f"moe_token_chunk={chunk} does not divide the {n} tokens per device")
+    one = jax.checkpoint(lambda xs: body(*xs, *weights))
+    split = lambda a: a.reshape(n // chunk, chunk, *a.shape[1:])
+    return jax.lax.map(one, (split(x), split(ids), split(gates))).reshape(n, -1)
+  return run
+
+
+def experts_sharded(x, ids, gates, w_gate, w_up, w_down, *, mesh, a2a: str = "padded",
+                    token_chunk: int = 0):
   """Expert-parallel dropless MoE over `mesh` (axes data, fsdp, expert, tensor).
 
   Args:
@@ -153,10 +173,12 @@ def experts_sharded(x, ids, gates, w_gate, w_up, w_down, *, mesh, a2a: str = "pa
     w_gate, w_up: `[E, D, M]`; w_down `[E, M, D]`.
     mesh: the device mesh.
     a2a: `padded` (jax.lax.all_to_all) or `ragged` (jax.lax.ragged_all_to_all).
+    token_chunk: exchange at most this many tokens per device at a time (0: all).
   """
   num_experts = w_gate.shape[0]
   tok = P(BATCH_AXES, None)
-  body = functools.partial(_expert_parallel_local, num_experts=num_experts, a2a=a2a)
+  body = _in_token_chunks(functools.partial(_expert_parallel_local, num_experts=num_experts, a2a=a2a),
+                          token_chunk)
   fn = jax.shard_map(
       body, mesh=mesh,
       in_specs=(tok, tok, tok, P("expert", None, "tensor"), P("expert", None, "tensor"),

@@ -48,8 +48,10 @@ def test_tiny_glm_same_logits_on_meshes(reference, shape):
   np.testing.assert_allclose(out.logits, ref.logits, rtol=1e-5, atol=1e-5 * float(jnp.abs(ref.logits).max()))
 
 
-def test_expert_parallel_gradients_match_single_device(reference):
+@pytest.mark.parametrize("chunk", [0, 8], ids=["whole", "token_chunks"])
+def test_expert_parallel_gradients_match_single_device(reference, chunk):
   cfg, params, tokens, _ = reference["tiny-moe"]
+  cfg = cfg.replace(moe_token_chunk=chunk)  # 32 tokens per device: 4 exchanges of 8
   mesh = make_mesh((1, 2, 2, 2))
 
   def loss(p, m):
@@ -126,3 +128,9 @@ def test_mesh_config_resolution():
     MeshConfig(data=3, fsdp=1).resolve(8)
   with pytest.raises(ConfigError, match="at most one"):
     MeshConfig(data=-1, fsdp=-1)
+
+
+def test_token_chunk_must_divide_the_tokens_per_device(reference):
+  cfg, params, tokens, _ = reference["tiny-moe"]
+  with pytest.raises(ValueError, match="moe_token_chunk=5 does not divide the 32 tokens per device"):
+    _run(cfg.replace(moe_token_chunk=5), params, tokens, make_mesh((1, 2, 2, 2)))
