@@ -4,6 +4,8 @@
     recipe-jax models --config configs/models/tiny_moe.py --set model.num_layers=4
     recipe-jax models --set mesh.expert=2   # the forward pass expert-parallel over 2 devices
     recipe-jax sft --config configs/sft/demo_addition.py [--set steps=100] [--resume] [--strict]
+    recipe-jax dpo --config configs/dpo/demo_addition.py [--set loss.beta=2.0] [--resume] [--strict]
+    recipe-jax serve [--config FILE] [--set port=9000]  # JetStream gRPC server, token ids in and out
 """
 
 from __future__ import annotations
@@ -104,6 +106,22 @@ def cmd_sft(args) -> int:
   return 0
 
 
+def cmd_dpo(args) -> int:
+  import json
+  import logging
+
+  from recipe_jax.stages import dpo
+
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+  overrides = list(args.set) + (["strict=True"] if args.strict else [])
+  cfg = load_config_file(args.config, overrides=overrides)
+  if not isinstance(cfg, dpo.DpoConfig):
+    raise ConfigError(f"{args.config} does not define a DpoConfig")
+  summary = dpo.run(cfg, resume=args.resume)
+  print(json.dumps({k: v for k, v in summary.items() if k != "data"}, indent=1))
+  return 0
+
+
 def cmd_compile(args) -> int:
   from recipe_jax.stages import compile as aot
   from recipe_jax.stages.sft import SftConfig
@@ -113,6 +131,21 @@ def cmd_compile(args) -> int:
     raise ConfigError(f"{args.config} does not define an SftConfig")
   compiled, mesh = aot.compile_sft_step(cfg, args.topology)
   print("\n".join(aot.report_lines(compiled, mesh, cfg)))
+  return 0
+
+
+def cmd_serve(args) -> int:
+  import logging
+
+  from recipe_jax.models.presets import get_preset
+  from recipe_jax.sampling import serve
+
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+  cfg = load_config_file(args.config, overrides=args.set) if args.config else \
+      override(serve.ServeConfig(model=get_preset("tiny-moe")), args.set)
+  if not isinstance(cfg, serve.ServeConfig):
+    raise ConfigError(f"{args.config} does not define a ServeConfig")
+  serve.run(cfg)
   return 0
 
 
@@ -131,11 +164,25 @@ def build_parser() -> argparse.ArgumentParser:
   sft_cmd.add_argument("--resume", action="store_true", help="continue from the latest good checkpoint")
   sft_cmd.add_argument("--strict", action="store_true", help="the first invalid record is an error")
   sft_cmd.set_defaults(fn=cmd_sft)
+  dpo_cmd = sub.add_parser("dpo", help="preference optimization: DPO, length-normalized DPO, SimPO, IPO "
+                           "(configs/dpo/)")
+  dpo_cmd.add_argument("--config", required=True, help="a config file defining get_config() -> DpoConfig")
+  dpo_cmd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config field, e.g. loss.beta=2.0 (repeatable)")
+  dpo_cmd.add_argument("--resume", action="store_true", help="continue from the latest good checkpoint")
+  dpo_cmd.add_argument("--strict", action="store_true", help="the first invalid record is an error")
+  dpo_cmd.set_defaults(fn=cmd_dpo)
   comp = sub.add_parser("compile", help="compile a stage's train step for a TPU topology, ahead of time")
   comp.add_argument("--config", required=True, help="an SFT config file")
   comp.add_argument("--topology", default="v5p:2x2x1", help="v5p-8 ... v5p-512, or a chip grid like v5p:2x2x1")
   comp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
   comp.set_defaults(fn=cmd_compile)
+  serve_cmd = sub.add_parser("serve", help="serve a model with JetStream's orchestrator over gRPC (token ids)")
+  serve_cmd.add_argument("--config", help="a config file defining get_config() -> ServeConfig "
+                         "(default: tiny MoE, random weights)")
+  serve_cmd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override a config field, e.g. port=9001 (repeatable)")
+  serve_cmd.set_defaults(fn=cmd_serve)
   return parser
 
 

@@ -21,13 +21,17 @@ from recipe_jax.models import ModelConfig, forward
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
-def problem(rng: random.Random, digits: int) -> tuple[str, str]:
+def problem(rng: random.Random, digits: int, fixed_width: bool = False) -> tuple[str, str]:
+  """A question and its answer; `fixed_width` writes operands with leading zeros ("07 + 45"),
+  so each digit sits at the same place in every question."""
   a = rng.randint(0, 10 ** digits - 1)
   b = rng.randint(0, 10 ** digits - 1)
-  return f"What is {a} + {b}?", str(a + b)
+  fmt = (lambda v: str(v).zfill(digits)) if fixed_width else str
+  return f"What is {fmt(a)} + {fmt(b)}?", str(a + b)
 
 
-def make_records(n: int, *, digits: int = 3, seed: int = 0, exclude: set[str] = frozenset()) -> list[dict]:
+def make_records(n: int, *, digits: int = 3, seed: int = 0, exclude: set[str] = frozenset(),
+                 fixed_width: bool = False) -> list[dict]:
   """`n` conversations: a user question and an assistant answer `\\boxed{sum}`.
 
   Questions in `exclude` are never generated (to keep held-out problems out of training).
@@ -35,7 +39,7 @@ def make_records(n: int, *, digits: int = 3, seed: int = 0, exclude: set[str] = 
   rng = random.Random(seed)
   out = []
   while len(out) < n:
-    q, a = problem(rng, digits)
+    q, a = problem(rng, digits, fixed_width)
     if q in exclude:
       continue
     out.append({"messages": [{"role": "user", "content": q},

@@ -71,11 +71,8 @@ def _lm_head(cfg: ModelConfig, model, hidden: jax.Array) -> jax.Array:
 
 def _feed_forward(layer, x: jax.Array, *, mesh) -> tuple[jax.Array, jax.Array | None]:
   """The second half of a `DecoderLayer`: residual MLP or MoE. Returns (x, expert ids or None)."""
-  h = layer.post_attn_norm(x)
-  if hasattr(layer, "moe"):
-    y, routing = layer.moe(h, mesh=mesh)
-    return x + y, routing.expert_ids.reshape(*x.shape[:2], -1)
-  return x + layer.mlp(h), None
+  x, routing = layer.feed_forward(x, mesh=mesh)
+  return x, None if routing is None else routing.expert_ids.reshape(*x.shape[:2], -1)
 
 
 def _map_layers(cfg: ModelConfig, model, fn: Callable, x: jax.Array, per_layer):

@@ -55,6 +55,11 @@ class DecoderLayer(nnx.Module):
 
   def __call__(self, x, cos, sin, segment_ids, *, mesh, replay_ids):
     x = x + self.attn(self.input_norm(x), cos, sin, segment_ids, mesh=mesh)
+    return self.feed_forward(x, mesh=mesh, replay_ids=replay_ids)
+
+  def feed_forward(self, x, *, mesh=None, replay_ids=None):
+    """The second half of the layer, residual MLP or MoE: `(x, routing or None)` (the KV-cache
+    paths in `models.cached` call it after their own attention)."""
     h = self.post_attn_norm(x)
     if hasattr(self, "moe"):
       y, routing = self.moe(h, mesh=mesh, replay_ids=replay_ids)

@@ -46,6 +46,7 @@ class DemoTaskConfig:
   train_records: int = 20_000
   eval_records: int = 200
   digits: int = 3
+  fixed_width: bool = False    # operands with leading zeros ("07 + 45")
   tokenizer_vocab: int = 320
   seed: int = 0
 
@@ -121,10 +122,12 @@ def prepare_demo(cfg: SftConfig) -> tuple[tuple[DataSourceConfig, ...], str]:
   train = root / "data" / "train.jsonl"
   tok_dir = root / "tokenizer"
   if not train.exists():
-    held_out = addition.make_records(d.eval_records, digits=d.digits, seed=d.seed + 1)
+    held_out = addition.make_records(d.eval_records, digits=d.digits, seed=d.seed + 1,
+                                     fixed_width=d.fixed_width)
     questions = {r["messages"][0]["content"] for r in held_out}
     addition.write_jsonl(held_out, root / "data" / "eval.jsonl")
     addition.write_jsonl(addition.make_records(d.train_records, digits=d.digits, seed=d.seed,
+                                               fixed_width=d.fixed_width,
                                                exclude=questions), train)
   if not (tok_dir / "tokenizer.json").exists():
     texts = [json.dumps(r) for r in addition.make_records(2000, digits=d.digits, seed=d.seed + 2)]
