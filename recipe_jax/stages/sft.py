@@ -103,7 +103,8 @@ class SftConfig:
 # ----------------------------------------------------------------------------
 
 
-def _open_source(s: DataSourceConfig):
+def open_source(s: DataSourceConfig):
+  """The record source a `DataSourceConfig` names."""
   if s.kind == "jsonl":
     return JsonlSource(s.path)
   if s.kind == "parquet":
@@ -180,7 +181,7 @@ def run(cfg: SftConfig, *, resume: bool = False) -> dict:
   tokenizer = load_tokenizer(tok_path)
   example_fn = sft_example_fn(tokenizer, template=cfg.template, policy=cfg.policy, strict=cfg.strict)
   pipeline_cfg = dataclasses.replace(cfg.pipeline, strict=cfg.strict or cfg.pipeline.strict)
-  pipeline = SftPipeline([Source(s.name or pathlib.Path(s.path).stem, _open_source(s), s.weight)
+  pipeline = SftPipeline([Source(s.name or pathlib.Path(s.path).stem, open_source(s), s.weight)
                           for s in sources], example_fn, pipeline_cfg)
 
   # --- model and train state ----------------------------------------------------
