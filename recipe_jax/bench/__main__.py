@@ -6,6 +6,7 @@ BENCHMARKS = {
     "attention": "recipe_jax.bench.attention",
     "logprobs": "recipe_jax.bench.logprobs",
     "rewards": "recipe_jax.bench.rewards",
+    "sampling": "recipe_jax.bench.sampling",
     "sft": "recipe_jax.bench.sft",
 }
 

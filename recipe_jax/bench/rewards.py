@@ -23,7 +23,7 @@ def math_items(n: int, seed: int = 0) -> list[Item]:
   for i in range(n):
     a, b = rng.randint(10, 999), rng.randint(2, 99)
     gold = f"\\frac{{{a}}}{{{b}}}"
-    answer = gold if i % 2 == 0 else f"{a / b:.6f}"  # a rounded decimal is not the fraction
+    answer = gold if i % 2 == 0 else f"{a / b + 1e-4:.6f}"  # off by 1e-4: not the fraction
     items.append(Item("recipe_jax.rewards.math", f"So the answer is \\boxed{{{answer}}}.", gold))
   return items
 
