@@ -6,9 +6,11 @@ Run (TPU v5p-256 or larger):
 Compile check on any host with the `tpu` extra (experts over 16 chips):
   recipe-jax compile --config configs/sft/rufus_air_glm45_air.py --topology v5p-64
 The recipe packs to 128K-token contexts. Rows are split over data x fsdp x expert only, so every
-chip holds whole rows: one 128K row per chip keeps 46 layer inputs of 1 GiB each under full remat,
-which with the weights and AdamW state does not fit a v5p chip. 128K rows need context
-parallelism (not built yet); this config packs 32K rows, 32 per step on v5p-64 (1M tokens).
+chip holds whole rows, and next to 37 GiB of float32 weights and AdamW state per chip (v5p-64)
+a chip fits one 16K row: the compile reports a peak of 85.6 GiB of 95 GiB; 32K rows need 118.6.
+128K rows need context parallelism (not built yet); this config packs 16K rows, 32 per step on
+v5p-64 (512K tokens), and exchanges MoE tokens 512 at a time (`moe_token_chunk`) to bound the
+dropless all-to-all buffers.
 """
 
 from recipe_jax.data.pipeline import PipelineConfig
@@ -23,8 +25,8 @@ def get_config() -> SftConfig:
   steps = 30_000
   return SftConfig(
       model=get_preset("glm-4.5-air").replace(dtype="bfloat16", remat="full", scan_layers=True,
-                                                   attention_impl="auto", moe_token_chunk=2048),
-      pipeline=PipelineConfig(seq_len=32_768, batch_size=4, packing="best_fit", num_epochs=3),
+                                                   attention_impl="auto", moe_token_chunk=512),
+      pipeline=PipelineConfig(seq_len=16_384, batch_size=4, packing="best_fit", num_epochs=3),
       sources=(DataSourceConfig("data/rufus_air_sft.jsonl"),),
       output_dir="runs/rufus_air_sft",
       steps=steps,

@@ -31,15 +31,10 @@ def problem(rng: random.Random, digits: int, fixed_width: bool = False) -> tuple
 
 
 def make_records(n: int, *, digits: int = 3, seed: int = 0, exclude: set[str] = frozenset(),
-                 fixed_width: bool = False, scratchpad: bool = False) -> list[dict]:
+                 fixed_width: bool = False) -> list[dict]:
   """`n` conversations: a user question and an assistant answer `\\boxed{sum}`.
 
-  With `scratchpad`, the answer's reasoning block first writes the sum's digits from the
-  least significant one, zero-padded to `digits + 1` ("What is 27 + 19?" -> "<think>640</think>"
-  then `\\boxed{46}`): each digit then follows from two operand digits and the carry just
-  written, the order in which small transformers learn addition fastest (Lee et al. 2023,
-  "Teaching Arithmetic to Small Transformers", arXiv 2307.03381). Questions in `exclude` are
-  never generated (to keep held-out problems out of training).
+  Questions in `exclude` are never generated (to keep held-out problems out of training).
   """
   rng = random.Random(seed)
   out = []
@@ -47,10 +42,8 @@ def make_records(n: int, *, digits: int = 3, seed: int = 0, exclude: set[str] = 
     q, a = problem(rng, digits, fixed_width)
     if q in exclude:
       continue
-    answer = {"role": "assistant", "content": f"\\boxed{{{a}}}"}
-    if scratchpad:
-      answer["reasoning_content"] = a.zfill(digits + 1)[::-1]
-    out.append({"messages": [{"role": "user", "content": q}, answer]})
+    out.append({"messages": [{"role": "user", "content": q},
+                             {"role": "assistant", "content": f"\\boxed{{{a}}}"}]})
   return out
 
 
@@ -107,18 +100,13 @@ def greedy_generate(cfg: ModelConfig, params, prompts: list[list[int]], *, max_n
   return outputs
 
 
-def exact_match(cfg: ModelConfig, params, tokenizer, records: list[dict], *, max_new_tokens: int = 24) -> float:
-  """Fraction of records whose greedy answer's boxed value equals the reference.
-
-  Records whose answer has reasoning (a scratchpad) are prompted with thinking enabled, so
-  the model writes its reasoning block first; others get the empty one.
-  """
+def exact_match(cfg: ModelConfig, params, tokenizer, records: list[dict], *, max_new_tokens: int = 16) -> float:
+  """Fraction of records whose greedy answer's boxed value equals the reference."""
   prompts, answers = [], []
   for r in records:
     user = [m for m in r["messages"] if m["role"] != "assistant"]
-    thinking = bool(r["messages"][-1].get("reasoning_content"))
     prompts.append(tokenizer.apply_chat_template(user, tokenize=True, add_generation_prompt=True,
-                                                 enable_thinking=thinking, return_dict=False))
+                                                 enable_thinking=False, return_dict=False))
     answers.append(boxed_answer(r["messages"][-1]["content"]))
   outs = greedy_generate(cfg, params, prompts, max_new_tokens=max_new_tokens,
                          stop_id=tokenizer.convert_tokens_to_ids(tokenizer.eos_token))

@@ -47,7 +47,6 @@ class DemoTaskConfig:
   eval_records: int = 200
   digits: int = 3
   fixed_width: bool = False    # operands with leading zeros ("07 + 45")
-  scratchpad: bool = False     # reasoning block with the sum's digits, least significant first
   tokenizer_vocab: int = 320
   seed: int = 0
 
@@ -125,12 +124,11 @@ def prepare_demo(cfg: SftConfig) -> tuple[tuple[DataSourceConfig, ...], str]:
   tok_dir = root / "tokenizer"
   if not train.exists():
     held_out = addition.make_records(d.eval_records, digits=d.digits, seed=d.seed + 1,
-                                     fixed_width=d.fixed_width, scratchpad=d.scratchpad)
+                                     fixed_width=d.fixed_width)
     questions = {r["messages"][0]["content"] for r in held_out}
     addition.write_jsonl(held_out, root / "data" / "eval.jsonl")
     addition.write_jsonl(addition.make_records(d.train_records, digits=d.digits, seed=d.seed,
-                                               fixed_width=d.fixed_width, scratchpad=d.scratchpad,
-                                               exclude=questions), train)
+                                               fixed_width=d.fixed_width, exclude=questions), train)
   if not (tok_dir / "tokenizer.json").exists():
     texts = [json.dumps(r) for r in addition.make_records(2000, digits=d.digits, seed=d.seed + 2)]
     train_tokenizer(texts, template=cfg.template, vocab_size=d.tokenizer_vocab).save_pretrained(tok_dir)
