@@ -41,7 +41,7 @@ def test_registry_has_exactly_54_types_including_all_of_ifeval():
 
 
 def test_docs_list_every_instruction_id():
-  docs = (pathlib.Path(__file__).parents[2] / "docs" / "rewards_ifeval.md").read_text()
+  docs = (pathlib.Path(__file__).parents[2] / "docs" / "rewards.md").read_text()
   assert [i for i in instruction_ids() if f"`{i}`" not in docs] == []
 
 
