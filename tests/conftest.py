@@ -4,6 +4,18 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One XLA compilation cache for the whole session, shared by the pytest-xdist workers (they
+# inherit this from the controller) and by the CLI subprocesses: many tests compile the same
+# tiny-model programs, and a hit skips the compile. Fresh per session, so nothing is reused
+# across runs; set JAX_COMPILATION_CACHE_DIR yourself to keep one.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  import tempfile
+
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE = tempfile.mkdtemp(prefix="recipe_jax_test_xla_cache_")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.3")
+else:
+  _OWN_CACHE = None
+
 
 import functools  # noqa: E402
 
@@ -67,3 +79,10 @@ def sft_demo_run(tmp_path_factory):
                            f"{done.stderr[-3000:]}")
     json.loads((out / "summary.json").read_text())
   return out
+
+
+def pytest_sessionfinish(session, exitstatus):
+  if _OWN_CACHE and not os.environ.get("PYTEST_XDIST_WORKER"):  # the process that made it
+    import shutil
+
+    shutil.rmtree(_OWN_CACHE, ignore_errors=True)

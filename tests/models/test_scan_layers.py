@@ -36,10 +36,9 @@ def test_same_seed_gives_the_same_weights_in_both_layouts(name):
   assert jax.tree.structure(abstract_params(cfg.replace(scan_layers=True))) == jax.tree.structure(scan)
 
 
-@pytest.mark.parametrize("remat", ["none", "full"])
-def test_scanned_forward_and_gradients_equal_the_loop(tiny_model, remat):
+def test_scanned_forward_and_gradients_equal_the_loop(tiny_model):
   cfg, params = tiny_model("tiny-glm")  # one dense layer, then a run of two MoE layers
-  cfg = cfg.replace(remat=remat)
+  cfg = cfg.replace(remat="full")  # the scan body under jax.checkpoint (the mesh test runs without)
   scfg = cfg.replace(scan_layers=True)
   sparams = stack_layers(cfg, params)
   tokens = jax.random.randint(jax.random.key(1), (2, 16), 0, cfg.vocab_size)
