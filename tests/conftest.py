@@ -86,3 +86,13 @@ def pytest_sessionfinish(session, exitstatus):
     import shutil
 
     shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(session, config, items):
+  """The SFT proof first, so its shared demo run trains while the other worker takes the rest;
+  the other users of that run last, when it is ready (they would wait on its lock otherwise)."""
+  def rank(item):
+    if "sft_demo_run" not in getattr(item, "fixturenames", ()):
+      return 1
+    return 0 if item.module.__name__.endswith("test_sft_demo") else 2
+  items.sort(key=rank)  # stable: the order within each group is kept
