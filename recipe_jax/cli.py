@@ -5,6 +5,8 @@
     recipe-jax models --set mesh.expert=2   # the forward pass expert-parallel over 2 devices
     recipe-jax sft --config configs/sft/demo_addition.py [--set steps=100] [--resume] [--strict]
     recipe-jax dpo --config configs/dpo/demo_addition.py [--set loss.beta=2.0] [--resume] [--strict]
+    recipe-jax rl --config configs/rl/demo_addition.py [--set rollout.group_size=16] [--resume]
+    recipe-jax data decontaminate|dedup|grade|score|mix ...   # data curation (recipe-jax data --help)
     recipe-jax serve [--config FILE] [--set port=9000]  # JetStream gRPC server, token ids in and out
 """
 
@@ -90,36 +92,32 @@ def cmd_models(args) -> int:
   return 0
 
 
-def cmd_sft(args) -> int:
+# stage command -> (module, config class name, what its config file defines)
+_STAGES = {"sft": ("recipe_jax.stages.sft", "SftConfig"), "dpo": ("recipe_jax.stages.dpo", "DpoConfig"),
+           "rl": ("recipe_jax.stages.rl", "RlConfig")}
+
+
+def cmd_stage(args) -> int:
+  """sft / dpo / rl: load the config, check its type, run the stage, print the summary."""
+  import importlib
   import json
   import logging
 
-  from recipe_jax.stages import sft
-
+  module_name, class_name = _STAGES[args.command]
+  stage = importlib.import_module(module_name)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-  overrides = list(args.set) + (["strict=True"] if args.strict else [])
+  overrides = list(args.set) + (["strict=True"] if getattr(args, "strict", False) else [])
   cfg = load_config_file(args.config, overrides=overrides)
-  if not isinstance(cfg, sft.SftConfig):
-    raise ConfigError(f"{args.config} does not define an SftConfig")
-  summary = sft.run(cfg, resume=args.resume)
-  print(json.dumps({k: v for k, v in summary.items() if k != "data"}, indent=1))
+  if not isinstance(cfg, getattr(stage, class_name)):
+    raise ConfigError(f"{args.config} does not define a {class_name}")
+  summary = stage.run(cfg, resume=args.resume)
+  print(json.dumps({k: v for k, v in summary.items() if k not in ("data", "prompts")}, indent=1))
   return 0
 
 
-def cmd_dpo(args) -> int:
-  import json
-  import logging
-
-  from recipe_jax.stages import dpo
-
-  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-  overrides = list(args.set) + (["strict=True"] if args.strict else [])
-  cfg = load_config_file(args.config, overrides=overrides)
-  if not isinstance(cfg, dpo.DpoConfig):
-    raise ConfigError(f"{args.config} does not define a DpoConfig")
-  summary = dpo.run(cfg, resume=args.resume)
-  print(json.dumps({k: v for k, v in summary.items() if k != "data"}, indent=1))
-  return 0
+def cmd_data(args) -> int:
+  from recipe_jax.curation import cli as curation_cli
+  return curation_cli.main(args.data_args)
 
 
 def cmd_compile(args) -> int:
@@ -157,21 +155,24 @@ def build_parser() -> argparse.ArgumentParser:
   models.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="override a config field, e.g. model.num_layers=2 (repeatable)")
   models.set_defaults(fn=cmd_models)
-  sft_cmd = sub.add_parser("sft", help="supervised fine-tuning (configs/sft/)")
-  sft_cmd.add_argument("--config", required=True, help="a config file defining get_config() -> SftConfig")
-  sft_cmd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config field, e.g. steps=100 (repeatable)")
-  sft_cmd.add_argument("--resume", action="store_true", help="continue from the latest good checkpoint")
-  sft_cmd.add_argument("--strict", action="store_true", help="the first invalid record is an error")
-  sft_cmd.set_defaults(fn=cmd_sft)
-  dpo_cmd = sub.add_parser("dpo", help="preference optimization: DPO, length-normalized DPO, SimPO, IPO "
-                           "(configs/dpo/)")
-  dpo_cmd.add_argument("--config", required=True, help="a config file defining get_config() -> DpoConfig")
-  dpo_cmd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config field, e.g. loss.beta=2.0 (repeatable)")
-  dpo_cmd.add_argument("--resume", action="store_true", help="continue from the latest good checkpoint")
-  dpo_cmd.add_argument("--strict", action="store_true", help="the first invalid record is an error")
-  dpo_cmd.set_defaults(fn=cmd_dpo)
+  stages = (("sft", "supervised fine-tuning (configs/sft/)", "steps=100"),
+            ("dpo", "preference optimization: DPO, length-normalized DPO, SimPO, IPO (configs/dpo/)",
+             "loss.beta=2.0"),
+            ("rl", "RL with verifiable rewards: GRPO, GSPO (configs/rl/)", "rollout.group_size=16"))
+  for name, help_text, example in stages:
+    stage = sub.add_parser(name, help=help_text)
+    stage.add_argument("--config", required=True, help=f"a config file defining get_config() -> "
+                       f"{_STAGES[name][1]}")
+    stage.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help=f"override a config field, e.g. {example} (repeatable)")
+    stage.add_argument("--resume", action="store_true", help="continue from the latest good checkpoint")
+    if name != "rl":
+      stage.add_argument("--strict", action="store_true", help="the first invalid record is an error")
+    stage.set_defaults(fn=cmd_stage)
+  data = sub.add_parser("data", help="data curation: decontaminate, dedup, grade, score, mix "
+                        "(recipe-jax data --help)", add_help=False)
+  data.add_argument("data_args", nargs=argparse.REMAINDER)
+  data.set_defaults(fn=cmd_data)
   comp = sub.add_parser("compile", help="compile a stage's train step for a TPU topology, ahead of time")
   comp.add_argument("--config", required=True, help="an SFT config file")
   comp.add_argument("--topology", default="v5p:2x2x1", help="v5p-8 ... v5p-512, or a chip grid like v5p:2x2x1")

@@ -4,6 +4,7 @@ import sys
 
 BENCHMARKS = {
     "attention": "recipe_jax.bench.attention",
+    "curation": "recipe_jax.bench.curation",
     "logprobs": "recipe_jax.bench.logprobs",
     "rewards": "recipe_jax.bench.rewards",
     "sampling": "recipe_jax.bench.sampling",

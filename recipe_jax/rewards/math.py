@@ -37,6 +37,7 @@ DEFAULT_MEMORY_LIMIT_BYTES = 2 << 30
 DEFAULT_MAX_ANSWER_CHARS = 1000
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _PERCENT = re.compile(r"\\?%")
+_INTEGER = re.compile(r"[-+]?\d{1,60}")
 _BRACE_OR_ESCAPE = re.compile(r"\\.|[{}]", re.DOTALL)  # an escape pair is skipped whole
 # Imported once by the isolation zygote, so a check does not pay for them inside its deadline.
 _ENGINE_MODULES = ("sympy", "math_verify", "math_verify.grader", "math_verify.parser")
@@ -74,6 +75,11 @@ def score(response: str, reference: str | int, *, timeout_s: float = DEFAULT_TIM
     return Score.wrong("unparseable: empty box")
   if not _balanced_brackets(answer):
     return Score.wrong("unparseable: unbalanced brackets", answer=answer[:200])
+  plain = _PERCENT.sub("", answer).strip()
+  if _INTEGER.fullmatch(plain) and _INTEGER.fullmatch(gold):
+    # two integer literals: equal exactly when their values are; no parser, no child process
+    same = int(plain) == int(gold)
+    return Score.correct(answer=answer[:200]) if same else Score.wrong("not_equivalent", answer=answer[:200])
   outcome = isolation.run_isolated(
       equivalence_verdict, answer, gold, timeout_s=timeout_s,
       memory_limit_bytes=memory_limit_bytes, preload=_ENGINE_MODULES, warmup=warm_up_engine)

@@ -112,9 +112,9 @@ def test_stage_starts_at_ln2_resumes_bit_identically_and_caches_the_reference(ti
 
 
 def test_dpo_command_line_is_wired():
-  from recipe_jax.cli import build_parser, cmd_dpo
+  from recipe_jax.cli import build_parser, cmd_stage
   args = build_parser().parse_args(["dpo", "--config", CONFIG, "--set", "loss.beta=2.0", "--resume"])
-  assert args.fn is cmd_dpo and args.set == ["loss.beta=2.0"] and args.resume
+  assert args.fn is cmd_stage and args.command == "dpo" and args.set == ["loss.beta=2.0"] and args.resume
   cfg = load_config_file(CONFIG, overrides=args.set)
   assert isinstance(cfg, dpo.DpoConfig) and cfg.loss.beta == 2.0
   tulu = load_config_file("configs/dpo/tulu3_qwen3_8b.py")
