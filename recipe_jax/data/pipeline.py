@@ -324,21 +324,25 @@ class SftPipeline:
 
   def set_state(self, state: dict[str, Any]) -> None:
     """Restores a `get_state()` result; raises naming the settings that differ."""
-    if state.get("format") != _STATE_FORMAT:
-      raise ValueError(f"data iterator state has format {state.get('format')!r}, "
-                       f"this code reads format {_STATE_FORMAT}")
-    saved = state["config"]
-    differ = sorted(k for k in set(saved) | set(self._fingerprint)
-                    if saved.get(k) != self._fingerprint.get(k))
-    if differ:
-      raise ValueError("data iterator state was saved with different settings: " + "; ".join(
-          f"{k}: saved {saved.get(k)!r}, now {self._fingerprint.get(k)!r}" for k in differ))
-    self.iterator.set_state(state["iterator"])
+    self.iterator.set_state(saved_iterator_state(state, self._fingerprint, _STATE_FORMAT, "data iterator"))
 
   def report(self) -> PipelineReport:
     """Records kept and dropped so far, as of the checkpoint position (module docstring)."""
     found = _find_report(self.iterator.get_state())
     return PipelineReport() if found is None else PipelineReport.from_state(found)
+
+
+def saved_iterator_state(state: dict[str, Any], fingerprint: dict, state_format: int, what: str) -> Any:
+  """The iterator part of a saved `{"format", "config", "iterator"}` state, after checking that it
+  was saved by this format with the same settings; raises ValueError naming the settings that differ."""
+  if state.get("format") != state_format:
+    raise ValueError(f"{what} state has format {state.get('format')!r}, this code reads format {state_format}")
+  saved = state["config"]
+  differ = sorted(k for k in set(saved) | set(fingerprint) if saved.get(k) != fingerprint.get(k))
+  if differ:
+    raise ValueError(f"{what} state was saved with different settings: " + "; ".join(
+        f"{k}: saved {saved.get(k)!r}, now {fingerprint.get(k)!r}" for k in differ))
+  return state["iterator"]
 
 
 def global_batch(batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh,

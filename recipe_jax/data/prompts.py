@@ -22,7 +22,7 @@ import numpy as np
 
 from recipe_jax.config import require
 from recipe_jax.data.errors import DropRecord, PipelineReport, RecordFailedError, reason_for
-from recipe_jax.data.pipeline import _CountDrops, _Dropped, _find_report, _seed, Source
+from recipe_jax.data.pipeline import Source, _CountDrops, _Dropped, _find_report, _seed, saved_iterator_state
 from recipe_jax.data.readers import RecordError, normalize
 from recipe_jax.rewards.reference import RewardReference, parse_reward_reference
 
@@ -138,15 +138,7 @@ class PromptPipeline:
     return {"format": _STATE_FORMAT, "config": self._fingerprint, "iterator": self.iterator.get_state()}
 
   def set_state(self, state: dict[str, Any]) -> None:
-    if state.get("format") != _STATE_FORMAT:
-      raise ValueError(f"prompt iterator state has format {state.get('format')!r}, this code reads "
-                       f"format {_STATE_FORMAT}")
-    saved = state["config"]
-    differ = sorted(k for k in set(saved) | set(self._fingerprint) if saved.get(k) != self._fingerprint.get(k))
-    if differ:
-      raise ValueError("prompt iterator state was saved with different settings: " + "; ".join(
-          f"{k}: saved {saved.get(k)!r}, now {self._fingerprint.get(k)!r}" for k in differ))
-    self.iterator.set_state(state["iterator"])
+    self.iterator.set_state(saved_iterator_state(state, self._fingerprint, _STATE_FORMAT, "prompt iterator"))
 
   def report(self) -> PipelineReport:
     found = _find_report(self.iterator.get_state())

@@ -10,7 +10,7 @@ RL and grading records hold their reward reference under `"reward"`:
 `verifier` is a short name (`VERIFIERS`) or a module path with a
 `score(response, reference, **options) -> Score` function. A record whose reference is
 missing or malformed raises `DropRecord` ("missing_reward_reference",
-"malformed_reward_reference"), so pipelines skip and count it instead of scoring it 0.
+"malformed_reward_reference", "unknown_verifier"), so pipelines skip and count it instead of scoring it 0.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def parse_reward_reference(record: dict, *, default_verifier: str = "") -> Rewar
     raise DropRecord("missing_reward_reference", "the record has no 'reward' field")
   if not isinstance(reward, dict):
     raise DropRecord("malformed_reward_reference", f"'reward' is a {type(reward).__name__}, not an object")
-  name = reward.get("verifier", default_verifier)
+  name = reward.get("verifier") or default_verifier
   if not isinstance(name, str) or not name:
     raise DropRecord("malformed_reward_reference", "'reward.verifier' is missing or not a string")
   if "reference" not in reward or reward["reference"] is None:
@@ -74,5 +74,5 @@ def parse_reward_reference(record: dict, *, default_verifier: str = "") -> Rewar
   try:
     module = verifier_module(name)
   except ValueError as e:
-    raise DropRecord("malformed_reward_reference", str(e)) from None
+    raise DropRecord("unknown_verifier", str(e)) from None
   return RewardReference(module, str(reference) if isinstance(reference, int) else reference, options)

@@ -1,0 +1,47 @@
+"""Rufus-Air coding RL (rufus_air_coding.py) on CPU: the same algorithm settings, tiny sizes, other data.
+
+Run first the MoE SFT demo, whose export this starts from (routing replay needs an MoE model):
+  recipe-jax sft --config configs/sft/demo_addition_moe.py      # writes runs/sft_demo_addition_moe/hf
+  recipe-jax rl --config configs/rl/rufus_air_coding_tiny.py
+The data differs: a config file cannot make a local code-problem file, so this runs on the
+addition demo's prompts (`demo`), whose math verifier gives the same kind of reward as the code
+verifier, binary (1 only for a correct answer). Kept: many samples per prompt (4 prompts x 16
+here, 128 x 64 in the recipe), truncated responses masked out of the loss, groups with equal
+rewards dropped, no band, GSPO loss, 4 mini-batches, routing replay. Changed for CPU: responses of
+at most 16 tokens, float32 on one device, learning rate 1e-4, 20 steps.
+"""
+
+import dataclasses
+import pathlib
+
+from recipe_jax.config import load_config_file
+from recipe_jax.data.prompts import PromptDataConfig
+from recipe_jax.parallel.mesh import MeshConfig
+from recipe_jax.stages.rl import DemoRlConfig, RlConfig
+from recipe_jax.training import OptimizerConfig
+
+
+def get_config() -> RlConfig:
+  full = load_config_file(pathlib.Path(__file__).parent / "rufus_air_coding.py")
+  steps = 20
+  return dataclasses.replace(
+      full,
+      output_dir="runs/rufus_air_coding_tiny",
+      init_from="runs/sft_demo_addition_moe/hf",
+      steps=steps,
+      prompts_per_step=4,
+      sources=(),
+      prompts=PromptDataConfig(max_prompt_len=48),
+      rollout=dataclasses.replace(full.rollout, group_size=16, max_new_tokens=16, reward_workers=1,
+                                  reward_deadline_s=60.0),
+      loss=dataclasses.replace(full.loss, logprob_chunk_size=64, max_segments=16),
+      optimizer=OptimizerConfig(learning_rate=1e-4, schedule="constant", total_steps=steps * full.num_mini_batches,
+                                b2=0.98, clip_norm=1.0),
+      mesh=MeshConfig(fsdp=1),
+      num_micro_batches=1,
+      engine_slots=64,
+      dtype="float32",
+      remat="none",
+      checkpoint_every=10,
+      demo=DemoRlConfig(train_prompts=2000, eval_records=100, digits=2, eval_every=10),
+  )

@@ -1,0 +1,46 @@
+"""Rufus-Air instruction-following RL (rufus_air_instruction_following.py) on CPU: same GRPO settings, other data.
+
+Run first the MoE SFT demo, whose export this starts from (routing replay needs an MoE model):
+  recipe-jax sft --config configs/sft/demo_addition_moe.py      # writes runs/sft_demo_addition_moe/hf
+  recipe-jax rl --config configs/rl/rufus_air_instruction_following_tiny.py
+The data differs: a config file cannot make a local instruction-following prompt file, so this
+runs on the addition demo's prompts (`demo`); the math verifier's reward is binary all-or-nothing
+like the recipe's all-rubrics-must-pass reward (one check: the boxed sum). Kept: GRPO (token-level
+ratio, clip 0.2, sequence-mean token-mean loss), groups above a 0.8 pass rate dropped, dynamic
+sampling, 4 mini-batches, routing replay. Changed for CPU: 8 prompts x 8 responses of at most 16
+tokens, float32 on one device, learning rate 1e-4, 20 steps.
+"""
+
+import dataclasses
+import pathlib
+
+from recipe_jax.config import load_config_file
+from recipe_jax.data.prompts import PromptDataConfig
+from recipe_jax.parallel.mesh import MeshConfig
+from recipe_jax.stages.rl import DemoRlConfig, RlConfig
+from recipe_jax.training import OptimizerConfig
+
+
+def get_config() -> RlConfig:
+  full = load_config_file(pathlib.Path(__file__).parent / "rufus_air_instruction_following.py")
+  steps = 20
+  return dataclasses.replace(
+      full,
+      output_dir="runs/rufus_air_instruction_following_tiny",
+      init_from="runs/sft_demo_addition_moe/hf",
+      steps=steps,
+      prompts_per_step=8,
+      sources=(),
+      prompts=PromptDataConfig(max_prompt_len=48),
+      rollout=dataclasses.replace(full.rollout, group_size=8, max_new_tokens=16, reward_workers=1),
+      loss=dataclasses.replace(full.loss, logprob_chunk_size=64, max_segments=16),
+      optimizer=OptimizerConfig(learning_rate=1e-4, schedule="constant", total_steps=steps * full.num_mini_batches,
+                                b2=0.98, clip_norm=1.0),
+      mesh=MeshConfig(fsdp=1),
+      num_micro_batches=1,
+      engine_slots=64,
+      dtype="float32",
+      remat="none",
+      checkpoint_every=10,
+      demo=DemoRlConfig(train_prompts=2000, eval_records=100, digits=2, eval_every=10),
+  )

@@ -1,0 +1,46 @@
+"""Rufus-Air reasoning RL (rufus_air_reasoning.py) on CPU: the same GSPO and filtering settings, tiny sizes.
+
+Run first the MoE SFT demo, whose export this starts from (routing replay needs an MoE model, as
+GLM-4.5-Air is):
+  recipe-jax sft --config configs/sft/demo_addition_moe.py      # writes runs/sft_demo_addition_moe/hf
+  recipe-jax rl --config configs/rl/rufus_air_reasoning_tiny.py
+Kept from the full recipe: sequence-level ratio clipped to (1 - 3e-4, 1 + 4e-4), sequence-mean
+token-mean loss, 4 mini-batches, learnability band (0, 0.8] with dynamic sampling, routing replay,
+masked truncation. Changed for CPU: the addition demo's prompts (math verifier, boxed answers;
+`demo`) instead of math/science/puzzle files, 8 prompts x 8 responses of at most 16 tokens,
+float32 on one device, learning rate 1e-4 (the tiny model's scale), 20 steps.
+"""
+
+import dataclasses
+import pathlib
+
+from recipe_jax.config import load_config_file
+from recipe_jax.data.prompts import PromptDataConfig
+from recipe_jax.parallel.mesh import MeshConfig
+from recipe_jax.stages.rl import DemoRlConfig, RlConfig
+from recipe_jax.training import OptimizerConfig
+
+
+def get_config() -> RlConfig:
+  full = load_config_file(pathlib.Path(__file__).parent / "rufus_air_reasoning.py")
+  steps = 20
+  return dataclasses.replace(
+      full,
+      output_dir="runs/rufus_air_reasoning_tiny",
+      init_from="runs/sft_demo_addition_moe/hf",
+      steps=steps,
+      prompts_per_step=8,
+      sources=(),
+      prompts=PromptDataConfig(max_prompt_len=48),
+      rollout=dataclasses.replace(full.rollout, group_size=8, max_new_tokens=16, reward_workers=1),
+      loss=dataclasses.replace(full.loss, logprob_chunk_size=64, max_segments=16),
+      optimizer=OptimizerConfig(learning_rate=1e-4, schedule="constant", total_steps=steps * full.num_mini_batches,
+                                b2=0.98, clip_norm=1.0),
+      mesh=MeshConfig(fsdp=1),
+      num_micro_batches=1,
+      engine_slots=64,
+      dtype="float32",
+      remat="none",
+      checkpoint_every=10,
+      demo=DemoRlConfig(train_prompts=2000, eval_records=100, digits=2, eval_every=10),
+  )
