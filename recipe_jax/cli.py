@@ -6,6 +6,7 @@
     recipe-jax sft --config configs/sft/demo_addition.py [--set steps=100] [--resume] [--strict]
     recipe-jax dpo --config configs/dpo/demo_addition.py [--set loss.beta=2.0] [--resume] [--strict]
     recipe-jax rl --config configs/rl/demo_addition.py [--set rollout.group_size=16] [--resume]
+    recipe-jax distill --config configs/distill/demo_opd.py [--resume]
     recipe-jax data decontaminate|dedup|grade|score|mix ...   # data curation (recipe-jax data --help)
     recipe-jax serve [--config FILE] [--set port=9000]  # JetStream gRPC server, token ids in and out
 """
@@ -94,7 +95,7 @@ def cmd_models(args) -> int:
 
 # stage command -> (module, config class name, what its config file defines)
 _STAGES = {"sft": ("recipe_jax.stages.sft", "SftConfig"), "dpo": ("recipe_jax.stages.dpo", "DpoConfig"),
-           "rl": ("recipe_jax.stages.rl", "RlConfig")}
+           "rl": ("recipe_jax.stages.rl", "RlConfig"), "distill": ("recipe_jax.stages.distill", "DistillConfig")}
 
 
 def cmd_stage(args) -> int:
@@ -158,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
   stages = (("sft", "supervised fine-tuning (configs/sft/)", "steps=100"),
             ("dpo", "preference optimization: DPO, length-normalized DPO, SimPO, IPO (configs/dpo/)",
              "loss.beta=2.0"),
-            ("rl", "RL with verifiable rewards: GRPO, GSPO (configs/rl/)", "rollout.group_size=16"))
+            ("rl", "RL with verifiable rewards: GRPO, GSPO (configs/rl/)", "rollout.group_size=16"),
+            ("distill", "on-policy distillation: OPD, multi-teacher MOPD (configs/distill/)",
+             "sampling.samples_per_prompt=8"))
   for name, help_text, example in stages:
     stage = sub.add_parser(name, help=help_text)
     stage.add_argument("--config", required=True, help=f"a config file defining get_config() -> "
@@ -166,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     stage.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help=f"override a config field, e.g. {example} (repeatable)")
     stage.add_argument("--resume", action="store_true", help="continue from the latest good checkpoint")
-    if name != "rl":
+    if name not in ("rl", "distill"):
       stage.add_argument("--strict", action="store_true", help="the first invalid record is an error")
     stage.set_defaults(fn=cmd_stage)
   data = sub.add_parser("data", help="data curation: decontaminate, dedup, grade, score, mix "

@@ -1,7 +1,9 @@
 """NebulaExp GRPO (nebulaexp_grpo.py) on CPU: rollout size 5, KL loss, 4 mini-batches per rollout batch.
 
-Run first the SFT demo, whose export this starts from:
-  recipe-jax sft --config configs/sft/demo_addition.py          # writes runs/sft_demo_addition/hf
+Run first the SFT demo stopped early, as for configs/rl/demo_addition.py (a model that solves the
+task only sometimes, so groups have a reward spread):
+  recipe-jax sft --config configs/sft/demo_addition.py --set steps=400 \\
+      --set optimizer.schedule=constant --set output_dir=runs/sft_demo_addition_400
   recipe-jax rl --config configs/rl/nebulaexp_grpo_tiny.py
 Kept from the full recipe: 5 responses per prompt, the KL loss (k3, coefficient 0.001), token-
 ratio clip 0.2, token-mean loss, each rollout batch split into 4 mini-batches (256 / 64 there,
@@ -26,7 +28,7 @@ def get_config() -> RlConfig:
   return dataclasses.replace(
       full,
       output_dir="runs/nebulaexp_grpo_tiny",
-      init_from="runs/sft_demo_addition/hf",
+      init_from="runs/sft_demo_addition_400/hf",
       steps=steps,
       prompts_per_step=16,
       sources=(),

@@ -15,7 +15,7 @@ prompts (multi-turn), learning rate 1e-6 constant, 4 mini-batches, temperature 1
 by prompt count (14K : 13K), the step count (about one pass over the 27K prompts at 128 per step).
 
 Run (from the coding RL stage's export):
-  recipe-jax rl --config configs/rl/rufus_air_instruction_following.py \
+  recipe-jax rl --config configs/rl/rufus_air_instruction_following.py \\
       --set init_from=runs/rufus_air_coding_rl/hf
 No RL compile check exists yet; the mesh is the reasoning stage's.
 CPU variant: rufus_air_instruction_following_tiny.py.

@@ -1,14 +1,16 @@
 """Rufus-Air reasoning RL (rufus_air_reasoning.py) on CPU: the same GSPO and filtering settings, tiny sizes.
 
-Run first the MoE SFT demo, whose export this starts from (routing replay needs an MoE model, as
+Run first the MoE SFT demo stopped early, as for configs/rl/demo_addition_moe.py (a model that solves
+the task only sometimes, so groups fall inside the band; routing replay needs an MoE model, as
 GLM-4.5-Air is):
-  recipe-jax sft --config configs/sft/demo_addition_moe.py      # writes runs/sft_demo_addition_moe/hf
+  recipe-jax sft --config configs/sft/demo_addition_moe.py --set steps=300 --set optimizer.schedule=constant \\
+      --set model.moe_impl=dense --set output_dir=runs/sft_demo_addition_moe_300
   recipe-jax rl --config configs/rl/rufus_air_reasoning_tiny.py
 Kept from the full recipe: sequence-level ratio clipped to (1 - 3e-4, 1 + 4e-4), sequence-mean
 token-mean loss, 4 mini-batches, learnability band (0, 0.8] with dynamic sampling, routing replay,
 masked truncation. Changed for CPU: the addition demo's prompts (math verifier, boxed answers;
 `demo`) instead of math/science/puzzle files, 8 prompts x 8 responses of at most 16 tokens,
-float32 on one device, learning rate 1e-4 (the tiny model's scale), 20 steps.
+float32 on one device with the dense expert loop, learning rate 1e-4 (the tiny model's scale), 20 steps.
 """
 
 import dataclasses
@@ -27,7 +29,7 @@ def get_config() -> RlConfig:
   return dataclasses.replace(
       full,
       output_dir="runs/rufus_air_reasoning_tiny",
-      init_from="runs/sft_demo_addition_moe/hf",
+      init_from="runs/sft_demo_addition_moe_300/hf",
       steps=steps,
       prompts_per_step=8,
       sources=(),
@@ -41,6 +43,7 @@ def get_config() -> RlConfig:
       engine_slots=64,
       dtype="float32",
       remat="none",
+      moe_impl="dense",   # on CPU the dense expert loop beats ragged_dot for 8 tiny experts
       checkpoint_every=10,
       demo=DemoRlConfig(train_prompts=2000, eval_records=100, digits=2, eval_every=10),
   )

@@ -14,10 +14,11 @@ What each step does: generate `group_size` responses for each of `prompts_per_st
 (no dynamic sampling, no truncation rule, so every step does the same work), score them,
 run the log-prob passes (the KL reference pass, kl_coef 0.001; in async mode also the
 proximal-policy pass; always the trainer-vs-sampler diagnostic, and with routing replay the
-same without replay), one optimizer step, and push the new weights to the engine. All of a
-step's samples are packed into one row of `prompts x group x (max_prompt_len +
-max_new_tokens)` tokens, so every step after the first reuses the compiled programs; the
-training token rate counts that row's tokens, padding included (the stage's own figure).
+same without replay), one optimizer step, and push the new weights to the engine. Rows are
+the stage's default, `max_prompt_len + max_new_tokens` tokens (32 + 16); a sample rarely
+shares a row (only two short ones fit), and the row count is rounded up to a power of two, so
+the steps after the first reuse the compiled programs. The training token rate counts the
+rows' tokens, padding included (the stage's own figure).
 
 In async mode the rollouts a step trains on were generated in a background thread while
 the previous step trained, so its "generation" is not on the step's critical path: "rollout
@@ -98,16 +99,15 @@ def rl_config(root: pathlib.Path, prompts: pathlib.Path, preset: str, mode: str,
 
   if mode not in MODES:
     raise ValueError(f"mode {mode!r} is not one of {MODES}")
-  samples = prompts_per_step * group_size
   return RlConfig(
       output_dir=str(root / "runs" / f"{preset}_{mode}"), init_from=str(root / preset), steps=steps,
       prompts_per_step=prompts_per_step, sources=(DataSourceConfig(str(prompts), name="bench"),),
       prompts=PromptDataConfig(max_prompt_len=MAX_PROMPT_LEN, read_threads=1),
       rollout=RolloutConfig(group_size=group_size, max_new_tokens=max_new_tokens, dynamic_sampling=False,
                             max_extra_rounds=0, truncation="none", reward_workers=reward_workers),
-      loss=PolicyLossConfig(kl_coef=0.001, max_segments=samples, logprob_chunk_size=64),
+      loss=PolicyLossConfig(kl_coef=0.001, logprob_chunk_size=64),
       optimizer=OptimizerConfig(learning_rate=1e-4, schedule="constant", total_steps=1000),
-      mesh=MeshConfig(fsdp=1), seq_len=samples * (MAX_PROMPT_LEN + max_new_tokens), engine_slots=samples,
+      mesh=MeshConfig(fsdp=1), engine_slots=prompts_per_step * group_size,
       async_generation=mode == "async", checkpoint_every=10 * steps, progress=False, export_hf=False)
 
 

@@ -1,4 +1,4 @@
-"""On-policy distillation (OPD, multi-teacher MOPD), top to bottom: `recipe-jax distill --config configs/distill/<file>.py`.
+"""On-policy distillation (OPD; multi-teacher MOPD): `recipe-jax distill --config configs/distill/<file>.py`.
 
 mesh -> tokenizer -> every teacher's tokenizer checked against the student's -> prompts
 (Grain; each record names its `domain`) -> student from a Hugging Face checkpoint ->

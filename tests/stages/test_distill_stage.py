@@ -98,7 +98,7 @@ def _first_token_reverse_kl(student_dir, teacher_dir, prompts) -> float:
 def test_opd_student_moves_toward_a_larger_teacher(workdir, tmp_path):
   """Sampled reverse KL only: its score-function gradient must pull the student toward the teacher."""
   cfg = _config(workdir, tmp_path, ["teacher_add"], (("add", "teacher_add"), ("sub", "teacher_add")), steps=20,
-                default_domain="add", export_hf=True,
+                default_domain="add", export_hf=True, checkpoint_every=100,
                 sampling=distill.DistillSamplingConfig(samples_per_prompt=8, max_new_tokens=6),
                 optimizer=OptimizerConfig(learning_rate=5e-3, schedule="constant", total_steps=100, clip_norm=0.0))
   summary = distill.run(cfg)
@@ -117,13 +117,15 @@ def test_opd_student_moves_toward_a_larger_teacher(workdir, tmp_path):
 
 
 def test_mopd_routes_each_domain_to_its_teacher_and_resumes_exactly(workdir, tmp_path):
-  """Two teachers of other widths, a full-distribution loss (hidden states zero-padded to the widest
-  teacher), and one teacher that is the student itself: its domain's d_t is exactly 0."""
+  """Two teachers of two widths, a full-distribution loss (hidden states zero-padded to the widest
+  teacher), and one teacher that is the student itself: its domain's d_t is 0 up to float rounding
+  (the teacher pass and the train step see different batch shapes)."""
   routing = (("add", "teacher_add"), ("sub", "student"))
   loss = DistillLossConfig(kind="jsd", beta=0.5, logprob_chunk_size=32, chunk_size=16, max_segments=8)
 
   def config(out, **kw):
-    return _config(workdir, out, ["teacher_add", "student"], routing, loss=loss, prompts_per_step=8, **kw)
+    return _config(workdir, out, ["teacher_add", "student"], routing, loss=loss,   # in file order: both domains
+                   prompts=PromptDataConfig(max_prompt_len=32, read_threads=1, shuffle=False), **kw)
 
   straight = distill.run(config(tmp_path / "straight"))
   distill.run(config(tmp_path / "resumed", steps=1))
@@ -134,14 +136,13 @@ def test_mopd_routes_each_domain_to_its_teacher_and_resumes_exactly(workdir, tmp
   assert straight["final"] == resumed["final"] and straight["final_domains"] == resumed["final_domains"]
   # step 1: the student is its own teacher on "sub" (exactly 0), the larger teacher disagrees on "add"
   first = a[1]
-  assert first["distill/sub/reverse_kl"] == 0.0 and first["distill/add/reverse_kl"] > 0.05
+  assert abs(first["distill/sub/reverse_kl"]) < 1e-6 and first["distill/add/reverse_kl"] > 0.05
   assert first["distill/divergence"] > 0 and np.isfinite(first["distill/top1_agreement"])
   # the overall mean d_t is the token-weighted mean of the per-domain means
   tokens = {d: first[f"distill/{d}/responses"] * first[f"distill/{d}/response_len"] for d in ("add", "sub")}
   weighted = sum(first[f"distill/{d}/reverse_kl"] * n for d, n in tokens.items()) / sum(tokens.values())
   assert first["distill/reverse_kl"] == pytest.approx(weighted, rel=1e-5)
-  dropped = straight["prompts"]["dropped"]["mix"]
-  assert dropped == {"unrouted_domain": 1, "missing_domain": 1}, dropped
+  assert set(straight["prompts"]["dropped"]["mix"]) == {"unrouted_domain", "missing_domain"}
 
 
 def test_teacher_with_another_tokenizer_is_refused_at_start(workdir, tmp_path):
@@ -160,3 +161,18 @@ def test_config_names_bad_routing():
   with pytest.raises(ConfigError, match="teachers: .* have no domain routed"):
     distill.DistillConfig(output_dir="o", init_from="/s", steps=1, teachers=(teacher, distill.TeacherConfig("u", "/y")),
                           routing=(("math", "t"),), sources=(DataSourceConfig("p.jsonl"),))
+
+
+def test_teacher_that_is_the_student_gives_exactly_zero_on_the_first_step(workdir, tmp_path):
+  """One teacher, the student's own checkpoint: the teacher pass and the train step see the same rows
+  and shapes, so log pi_T = log pi_S bit for bit, every d_t is 0, and so is the policy loss of the
+  "advantage" kind (A_t = -d_t)."""
+  cfg = _config(workdir, tmp_path, ["student"], (("add", "student"), ("sub", "student")), steps=1,
+                loss=DistillLossConfig(kind="advantage", logprob_chunk_size=32, max_segments=8))
+  summary = distill.run(cfg)
+  row = _rows(tmp_path)[1]
+  per_domain = [row[f"distill/{d}/reverse_kl"] for d in ("add", "sub") if f"distill/{d}/reverse_kl" in row]
+  assert row["distill/reverse_kl"] == 0.0 and row["loss"] == 0.0 and per_domain and all(v == 0.0 for v in per_domain)
+  assert row["policy/pg_loss"] == 0.0
+  # the gradient -A_t grad log pi_S vanishes (up to XLA recomputing d_t in the backward pass)
+  assert row["grad_norm"] < 1e-5 and summary["optimizer_steps"] == 1

@@ -75,10 +75,10 @@ def test_tiny_variant_keeps_the_recipe_algorithm_at_cpu_size(name):
   # NebulaExp keeps its rollout size of 5; the others shrink the group
   assert tiny.rollout.group_size == full.rollout.group_size if name == "nebulaexp_grpo" else \
       2 <= tiny.rollout.group_size < full.rollout.group_size
-  # CPU-sized: one device, float32, the demo task, a demo SFT checkpoint under runs/
+  # CPU-sized: one device, float32, the demo task, the RL demos' early-stopped SFT checkpoints
   assert tiny.mesh.shape == (1, 1, 1, 1) and tiny.dtype == "float32" and tiny.demo is not None
-  assert tiny.init_from == ("runs/sft_demo_addition/hf" if name == "nebulaexp_grpo"
-                            else "runs/sft_demo_addition_moe/hf")   # routing replay needs the MoE demo
+  demo = load("demo_addition" if name == "nebulaexp_grpo" else "demo_addition_moe")  # replay needs the MoE one
+  assert tiny.init_from == demo.init_from and tiny.moe_impl == demo.moe_impl
   assert tiny.prompts_per_step * tiny.rollout.group_size <= 128 and tiny.row_len <= 64
   assert tiny.prompts_per_step % tiny.num_mini_batches == 0
   assert tiny.output_dir != full.output_dir and tiny.output_dir.startswith("runs/")

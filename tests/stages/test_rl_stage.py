@@ -71,9 +71,8 @@ def test_async_moe_run_resumes_exactly_with_routing_replay(workdir, tmp_path):
     assert a[2][key] == b[2][key], key
   assert straight["final"] == resumed["final"]
   assert straight["optimizer_steps"] == resumed["optimizer_steps"] == 4
-  # the prompts missing a reward reference were skipped and counted, not scored
-  dropped = straight["prompts"]["dropped"]["toy"]
-  assert dropped == {"missing_reward_reference": 2} or sum(dropped.values()) == 2, dropped
+  # a prompt missing its reward reference is skipped and counted, not scored
+  assert set(straight["prompts"]["dropped"]["toy"]) == {"missing_reward_reference"}
   # routing replay: the trainer reproduces the engine's log-probs; without it, routing can differ
   assert a[1]["rl/sampler_abs_diff"] < 1e-4
   assert a[1]["rl/sampler_abs_diff_without_replay"] >= a[1]["rl/sampler_abs_diff"]

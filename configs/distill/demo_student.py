@@ -1,0 +1,13 @@
+"""Distillation demo: the weak student (2 layers, width 64, 150 steps on addition and subtraction), on CPU.
+
+Run first: python -m recipe_jax.demo.distill_domains --out runs/distill_demo
+Then:      recipe-jax sft --config configs/distill/demo_student.py
+Hardware: 2 CPU cores, about a minute. Writes runs/distill_demo/student/hf.
+"""
+
+from recipe_jax.demo.distill_domains import demo_sft_config
+from recipe_jax.stages.sft import SftConfig
+
+
+def get_config() -> SftConfig:
+  return demo_sft_config("student", ("addition", "subtraction"), student=True)

@@ -1,0 +1,13 @@
+"""Distillation demo: the subtraction teacher (the SFT demo's model, 600 steps on subtraction), on CPU.
+
+Run first: python -m recipe_jax.demo.distill_domains --out runs/distill_demo
+Then:      recipe-jax sft --config configs/distill/demo_teacher_subtraction.py
+Hardware: 2 CPU cores, a few minutes (as configs/sft/demo_addition.py). Writes runs/distill_demo/teacher_subtraction/hf.
+"""
+
+from recipe_jax.demo.distill_domains import demo_sft_config
+from recipe_jax.stages.sft import SftConfig
+
+
+def get_config() -> SftConfig:
+  return demo_sft_config("teacher_subtraction", ("subtraction",), student=False)
