@@ -12,36 +12,13 @@ ratio clip 0.2, token-mean loss, each rollout batch split into 4 mini-batches (2
 on one device, learning rate 1e-4 (the tiny model's scale), 20 steps.
 """
 
-import dataclasses
 import pathlib
 
 from recipe_jax.config import load_config_file
-from recipe_jax.data.prompts import PromptDataConfig
-from recipe_jax.parallel.mesh import MeshConfig
-from recipe_jax.stages.rl import DemoRlConfig, RlConfig
-from recipe_jax.training import OptimizerConfig
+from recipe_jax.stages.rl import RlConfig, cpu_variant
 
 
 def get_config() -> RlConfig:
   full = load_config_file(pathlib.Path(__file__).parent / "nebulaexp_grpo.py")
-  steps = 20
-  return dataclasses.replace(
-      full,
-      output_dir="runs/nebulaexp_grpo_tiny",
-      init_from="runs/sft_demo_addition_400/hf",
-      steps=steps,
-      prompts_per_step=16,
-      sources=(),
-      prompts=PromptDataConfig(max_prompt_len=48),
-      rollout=dataclasses.replace(full.rollout, max_new_tokens=16, reward_workers=1),
-      loss=dataclasses.replace(full.loss, logprob_chunk_size=64, max_segments=16),
-      optimizer=OptimizerConfig(learning_rate=1e-4, schedule="constant", total_steps=steps * full.num_mini_batches,
-                                b2=0.98, clip_norm=1.0),
-      mesh=MeshConfig(fsdp=1),
-      num_micro_batches=1,
-      engine_slots=80,
-      dtype="float32",
-      remat="none",
-      checkpoint_every=10,
-      demo=DemoRlConfig(train_prompts=2000, eval_records=100, digits=2, eval_every=10),
-  )
+  return cpu_variant(full, output_dir="runs/nebulaexp_grpo_tiny", init_from="runs/sft_demo_addition_400/hf",
+                     prompts_per_step=16, engine_slots=80)

@@ -13,37 +13,13 @@ sampling, 4 mini-batches, routing replay. Changed for CPU: 8 prompts x 8 respons
 tokens, float32 on one device with the dense expert loop, learning rate 1e-4, 20 steps.
 """
 
-import dataclasses
 import pathlib
 
 from recipe_jax.config import load_config_file
-from recipe_jax.data.prompts import PromptDataConfig
-from recipe_jax.parallel.mesh import MeshConfig
-from recipe_jax.stages.rl import DemoRlConfig, RlConfig
-from recipe_jax.training import OptimizerConfig
+from recipe_jax.stages.rl import RlConfig, cpu_variant
 
 
 def get_config() -> RlConfig:
   full = load_config_file(pathlib.Path(__file__).parent / "rufus_air_instruction_following.py")
-  steps = 20
-  return dataclasses.replace(
-      full,
-      output_dir="runs/rufus_air_instruction_following_tiny",
-      init_from="runs/sft_demo_addition_moe_300/hf",
-      steps=steps,
-      prompts_per_step=8,
-      sources=(),
-      prompts=PromptDataConfig(max_prompt_len=48),
-      rollout=dataclasses.replace(full.rollout, group_size=8, max_new_tokens=16, reward_workers=1),
-      loss=dataclasses.replace(full.loss, logprob_chunk_size=64, max_segments=16),
-      optimizer=OptimizerConfig(learning_rate=1e-4, schedule="constant", total_steps=steps * full.num_mini_batches,
-                                b2=0.98, clip_norm=1.0),
-      mesh=MeshConfig(fsdp=1),
-      num_micro_batches=1,
-      engine_slots=64,
-      dtype="float32",
-      remat="none",
-      moe_impl="dense",   # on CPU the dense expert loop beats ragged_dot for 8 tiny experts
-      checkpoint_every=10,
-      demo=DemoRlConfig(train_prompts=2000, eval_records=100, digits=2, eval_every=10),
-  )
+  return cpu_variant(full, output_dir="runs/rufus_air_instruction_following_tiny",
+                     init_from="runs/sft_demo_addition_moe_300/hf", prompts_per_step=8, group_size=8, moe=True)

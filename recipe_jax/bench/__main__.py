@@ -6,6 +6,7 @@ BENCHMARKS = {
     "attention": "recipe_jax.bench.attention",
     "curation": "recipe_jax.bench.curation",
     "logprobs": "recipe_jax.bench.logprobs",
+    "rl": "recipe_jax.bench.rl",
     "rewards": "recipe_jax.bench.rewards",
     "sampling": "recipe_jax.bench.sampling",
     "sft": "recipe_jax.bench.sft",

@@ -340,3 +340,24 @@ def _mean_abs_diff(logprobs, batch) -> float:
   diff = np.abs(np.asarray(logprobs) - np.asarray(batch["sampler_logprobs"]))
   return float((diff * mask).sum() / max(mask.sum(), 1.0))
 
+
+
+def cpu_variant(full: RlConfig, *, output_dir: str, init_from: str, prompts_per_step: int = 8,
+                group_size: int | None = None, steps: int = 20, engine_slots: int = 64,
+                moe: bool = False) -> RlConfig:
+  """A recipe config shrunk to run on a CPU host: the algorithm settings of `full` (ratio, clip,
+  aggregation, KL, filters, mini-batches, replay) are kept; sizes, the optimizer and the data (the
+  addition demo's prompts, math verifier) change. `moe` runs the dense expert loop, which beats
+  `ragged_dot` on CPU for a handful of tiny experts."""
+  import dataclasses as dc
+  return dc.replace(
+      full, output_dir=output_dir, init_from=init_from, steps=steps, prompts_per_step=prompts_per_step,
+      sources=(), prompts=PromptDataConfig(max_prompt_len=48),
+      rollout=dc.replace(full.rollout, group_size=group_size or full.rollout.group_size, max_new_tokens=16,
+                         reward_workers=1),
+      loss=dc.replace(full.loss, logprob_chunk_size=64, max_segments=16),
+      optimizer=OptimizerConfig(learning_rate=1e-4, schedule="constant", total_steps=steps * full.num_mini_batches,
+                                b2=0.98, clip_norm=1.0),
+      mesh=MeshConfig(fsdp=1), num_micro_batches=1, engine_slots=engine_slots, dtype="float32", remat="none",
+      moe_impl="dense" if moe else full.moe_impl, checkpoint_every=10,
+      demo=DemoRlConfig(train_prompts=2000, eval_records=100, digits=2, eval_every=10))
