@@ -18,7 +18,7 @@ import dataclasses
 import sys
 import time
 
-from recipe_jax.config import ConfigError, load_config_file, override
+from recipe_jax.config import ConfigError, load_config_file, load_typed_config, override
 from recipe_jax.models.config import ModelConfig
 from recipe_jax.parallel.mesh import MeshConfig
 
@@ -108,26 +108,17 @@ def cmd_stage(args) -> int:
   stage = importlib.import_module(module_name)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
   overrides = list(args.set) + (["strict=True"] if getattr(args, "strict", False) else [])
-  cfg = load_config_file(args.config, overrides=overrides)
-  if not isinstance(cfg, getattr(stage, class_name)):
-    raise ConfigError(f"{args.config} does not define a {class_name}")
+  cfg = load_typed_config(args.config, getattr(stage, class_name), overrides=overrides)
   summary = stage.run(cfg, resume=args.resume)
   print(json.dumps({k: v for k, v in summary.items() if k not in ("data", "prompts")}, indent=1))
   return 0
-
-
-def cmd_data(args) -> int:
-  from recipe_jax.curation import cli as curation_cli
-  return curation_cli.main(args.data_args)
 
 
 def cmd_compile(args) -> int:
   from recipe_jax.stages import compile as aot
   from recipe_jax.stages.sft import SftConfig
 
-  cfg = load_config_file(args.config, overrides=args.set)
-  if not isinstance(cfg, SftConfig):
-    raise ConfigError(f"{args.config} does not define an SftConfig")
+  cfg = load_typed_config(args.config, SftConfig, overrides=args.set)
   compiled, mesh = aot.compile_sft_step(cfg, args.topology)
   print("\n".join(aot.report_lines(compiled, mesh, cfg)))
   return 0
@@ -140,10 +131,8 @@ def cmd_serve(args) -> int:
   from recipe_jax.sampling import serve
 
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-  cfg = load_config_file(args.config, overrides=args.set) if args.config else \
-      override(serve.ServeConfig(model=get_preset("tiny-moe")), args.set)
-  if not isinstance(cfg, serve.ServeConfig):
-    raise ConfigError(f"{args.config} does not define a ServeConfig")
+  cfg = load_typed_config(args.config, serve.ServeConfig, overrides=args.set,
+                          default=serve.ServeConfig(model=get_preset("tiny-moe")))
   serve.run(cfg)
   return 0
 
@@ -175,7 +164,6 @@ def build_parser() -> argparse.ArgumentParser:
   data = sub.add_parser("data", help="data curation: decontaminate, dedup, grade, score, mix "
                         "(recipe-jax data --help)", add_help=False)
   data.add_argument("data_args", nargs=argparse.REMAINDER)
-  data.set_defaults(fn=cmd_data)
   comp = sub.add_parser("compile", help="compile a stage's train step for a TPU topology, ahead of time")
   comp.add_argument("--config", required=True, help="an SFT config file")
   comp.add_argument("--topology", default="v5p:2x2x1", help="v5p-8 ... v5p-512, or a chip grid like v5p:2x2x1")
@@ -191,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+  argv = sys.argv[1:] if argv is None else list(argv)
+  if argv[:1] == ["data"]:  # the curation tools parse their own arguments (and --help)
+    from recipe_jax.curation import cli as curation_cli
+    return curation_cli.main(argv[1:])
   args = build_parser().parse_args(argv)
   try:
     return args.fn(args)

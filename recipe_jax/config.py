@@ -171,3 +171,18 @@ def load_config_file(path: str | pathlib.Path, *, overrides: Iterable[str] = ())
   if not hasattr(module, "get_config"):
     raise ConfigError(f"config file {path} defines no get_config()")
   return override(module.get_config(), list(overrides))
+
+
+def load_typed_config(path: str | pathlib.Path | None, expected: type, *, overrides: Iterable[str] = (),
+                      default: Any = None) -> Any:
+  """`path`'s get_config() (or `default` when no path is given) with overrides applied; ConfigError
+  unless the result is an `expected`."""
+  if path:
+    config = load_config_file(path, overrides=overrides)
+  elif default is not None:
+    config = override(default, list(overrides))
+  else:
+    raise ConfigError(f"give a config file defining get_config() -> {expected.__name__}")
+  if not isinstance(config, expected):
+    raise ConfigError(f"{path}: get_config() returned {type(config).__name__}, not {expected.__name__}")
+  return config

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from recipe_jax.config import ConfigError, load_config_file, override, require, to_dict
+from recipe_jax.config import ConfigError, load_typed_config, require, to_dict
 from recipe_jax.curation.records import CurationReport, read_jsonl, write_jsonl
 from recipe_jax.data.errors import DropRecord
 from recipe_jax.parallel.mesh import MeshConfig
@@ -466,10 +466,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_config(args: argparse.Namespace) -> GradeConfig:
-  config = load_config_file(args.config, overrides=args.set) if args.config else override(GradeConfig(), args.set)
-  if not isinstance(config, GradeConfig):
-    raise ConfigError(f"{args.config}: get_config() returned {type(config).__name__}, not GradeConfig")
-  return config
+  return load_typed_config(args.config, GradeConfig, overrides=args.set, default=GradeConfig())
 
 
 def run_cli(args: argparse.Namespace) -> CurationReport:

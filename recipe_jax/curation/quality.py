@@ -48,7 +48,7 @@ from typing import Literal
 
 import numpy as np
 
-from recipe_jax.config import ConfigError, load_config_file, override, require, to_dict
+from recipe_jax.config import ConfigError, load_typed_config, require, to_dict
 from recipe_jax.curation.records import CurationReport, read_jsonl, write_jsonl
 from recipe_jax.parallel.mesh import MeshConfig
 
@@ -387,10 +387,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_config(args: argparse.Namespace) -> QualityConfig:
-  config = load_config_file(args.config, overrides=args.set) if args.config else override(QualityConfig(), args.set)
-  if not isinstance(config, QualityConfig):
-    raise ConfigError(f"{args.config}: get_config() returned {type(config).__name__}, not QualityConfig")
-  return config
+  return load_typed_config(args.config, QualityConfig, overrides=args.set, default=QualityConfig())
 
 
 def run_cli(args: argparse.Namespace) -> CurationReport:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grain
@@ -58,8 +58,19 @@ class Prompt:
   index: int
 
 
-def prompt_example_fn(tokenizer, *, max_prompt_len: int, enable_thinking: bool = False):
-  """`fn(record, source, index) -> example` rendering a record's prompt; DropRecord on bad input."""
+def reward_fields(record: dict, source: str) -> dict:
+  """The RL prompt's extra field: its reward reference (DropRecord if missing or malformed)."""
+  del source
+  return {"reward": parse_reward_reference(record)}
+
+
+def prompt_example_fn(tokenizer, *, max_prompt_len: int, enable_thinking: bool = False,
+                      fields: Callable[[dict, str], dict] = reward_fields):
+  """`fn(record, source, index) -> example` rendering a record's prompt; DropRecord on bad input.
+
+  `fields(record, source)` adds the stage's own fields to the example (default: the reward
+  reference; distillation adds the prompt's domain) and raises DropRecord to skip a record.
+  """
 
   def example_fn(record: Any, source: str, index: int) -> dict:
     try:
@@ -71,12 +82,12 @@ def prompt_example_fn(tokenizer, *, max_prompt_len: int, enable_thinking: bool =
       messages.pop()
     if not any(m["role"] == "user" for m in messages):
       raise DropRecord("no_user_turn", "the conversation has no user message to answer")
-    reward = parse_reward_reference(record)
+    extra = fields(record, source)
     ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True,
                                         enable_thinking=enable_thinking, return_dict=False)
     if len(ids) > max_prompt_len:
       raise DropRecord("over_length", f"prompt of {len(ids)} tokens > max_prompt_len {max_prompt_len}")
-    return {"tokens": np.asarray(ids, np.int32), "reward": reward, "index": index}
+    return {"tokens": np.asarray(ids, np.int32), "index": index, **extra}
 
   return example_fn
 

@@ -37,8 +37,7 @@ from recipe_jax.checkpoint.orbax import CheckpointConfig, Checkpointer, abstract
 from recipe_jax.config import ConfigError, require, to_dict
 from recipe_jax.data.errors import DropRecord
 from recipe_jax.data.pipeline import Source, global_batch
-from recipe_jax.data.prompts import PromptDataConfig, PromptPipeline
-from recipe_jax.data.readers import RecordError, normalize
+from recipe_jax.data.prompts import PromptDataConfig, PromptPipeline, prompt_example_fn
 from recipe_jax.models.config import DType, MoeImpl, Remat
 from recipe_jax.parallel.mesh import BATCH_AXES, MeshConfig, batch_shards, make_mesh
 from recipe_jax.stages import rl_batch
@@ -203,29 +202,17 @@ def distill_example_fn(tokenizer, *, max_prompt_len: int, domains: tuple[str, ..
   DropRecord on a malformed record, no user turn, no or an unrouted domain, or an over-long prompt."""
   source_domains = source_domains or {}
 
-  def example_fn(record: Any, source: str, index: int) -> dict:
-    try:
-      conv = normalize(record, source=source, index=index)
-    except RecordError as e:
-      raise DropRecord("malformed_record", f"{e.field}: {e.problem}") from e
-    messages = conv.to_template_messages()
-    while messages and messages[-1]["role"] == "assistant":
-      messages.pop()
-    if not any(m["role"] == "user" for m in messages):
-      raise DropRecord("no_user_turn", "the conversation has no user message to answer")
+  def domain_fields(record: dict, source: str) -> dict:
     domain = record.get("domain", source_domains.get(source, default_domain))
     if not isinstance(domain, str) or not domain:
       raise DropRecord("missing_domain", f"domain: expected a non-empty string, got {domain!r} (and the source "
                        "has no default)")
     if domain not in domains:
       raise DropRecord("unrouted_domain", f"domain {domain!r} has no teacher; routed: {list(domains)}")
-    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True,
-                                        enable_thinking=enable_thinking, return_dict=False)
-    if len(ids) > max_prompt_len:
-      raise DropRecord("over_length", f"prompt of {len(ids)} tokens > max_prompt_len {max_prompt_len}")
-    return {"tokens": np.asarray(ids, np.int32), "domain": domain, "index": index}
+    return {"domain": domain}
 
-  return example_fn
+  return prompt_example_fn(tokenizer, max_prompt_len=max_prompt_len, enable_thinking=enable_thinking,
+                           fields=domain_fields)
 
 
 class DistillPromptPipeline(PromptPipeline):
