@@ -97,13 +97,13 @@ def _first_token_reverse_kl(student_dir, teacher_dir, prompts) -> float:
 
 def test_opd_student_moves_toward_a_larger_teacher(workdir, tmp_path):
   """Sampled reverse KL only: its score-function gradient must pull the student toward the teacher."""
-  cfg = _config(workdir, tmp_path, ["teacher_add"], (("add", "teacher_add"), ("sub", "teacher_add")), steps=20,
+  cfg = _config(workdir, tmp_path, ["teacher_add"], (("add", "teacher_add"), ("sub", "teacher_add")), steps=10,
                 default_domain="add", export_hf=True, checkpoint_every=100,
                 sampling=distill.DistillSamplingConfig(samples_per_prompt=8, max_new_tokens=6),
                 optimizer=OptimizerConfig(learning_rate=5e-3, schedule="constant", total_steps=100, clip_norm=0.0))
   summary = distill.run(cfg)
   rows = _rows(tmp_path)
-  assert summary["optimizer_steps"] == 20 and cfg.loss.kind == "sampled"
+  assert summary["optimizer_steps"] == 10 and cfg.loss.kind == "sampled"
   assert all(np.isfinite(r["distill/reverse_kl"]) for r in rows.values())
   tok = load_tokenizer(workdir / "student")
   prompts = [tok.apply_chat_template(json.loads(line)["messages"], tokenize=True, add_generation_prompt=True,
