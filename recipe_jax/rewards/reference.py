@@ -30,7 +30,7 @@ VERIFIERS = {
     "rubrics": "recipe_jax.rewards.rubrics",
 }
 # What each short-named verifier needs its reference to be.
-_REFERENCE_TYPES = {"math": (str, int), "science": (str, list), "code": (dict,), "puzzles": (dict,),
+_REFERENCE_TYPES = {"math": (str, int, float), "science": (str, list), "code": (dict,), "puzzles": (dict,),
                     "ifeval": (dict, list), "rubrics": (list,)}
 
 
@@ -75,4 +75,4 @@ def parse_reward_reference(record: dict, *, default_verifier: str = "") -> Rewar
     module = verifier_module(name)
   except ValueError as e:
     raise DropRecord("unknown_verifier", str(e)) from None
-  return RewardReference(module, str(reference) if isinstance(reference, int) else reference, options)
+  return RewardReference(module, str(reference) if isinstance(reference, (int, float)) else reference, options)

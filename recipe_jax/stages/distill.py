@@ -405,7 +405,7 @@ def run(cfg: DistillConfig, *, resume: bool = False) -> dict:
                                     for s in cfg.sources], example_fn, cfg.prompts)
 
   # --- student, teachers, engine -------------------------------------------------
-  model_cfg, params = hf.load(cfg.init_from, mesh=mesh)
+  model_cfg, params = hf.load(cfg.init_from, mesh=mesh, dtype="float32")  # float32 master weights
   model_cfg = dataclasses.replace(model_cfg, dtype=cfg.dtype, remat=cfg.remat, moe_impl=cfg.moe_impl)
   if len(tokenizer) > model_cfg.vocab_size:
     raise ConfigError(f"init_from: the student's vocab_size {model_cfg.vocab_size} is smaller than the "

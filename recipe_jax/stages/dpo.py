@@ -181,7 +181,7 @@ def run(cfg: DpoConfig, *, resume: bool = False) -> dict:
   data_cfg = dataclasses.replace(cfg.data, strict=cfg.strict or cfg.data.strict)
 
   # --- policy (and reference) from the starting checkpoint ---------------------------
-  model_cfg, params = hf.load(cfg.init_from, mesh=mesh)
+  model_cfg, params = hf.load(cfg.init_from, mesh=mesh, dtype="float32")  # float32 master weights
   model_cfg = dataclasses.replace(model_cfg, dtype=cfg.dtype, remat=cfg.remat, moe_impl=cfg.moe_impl)
   if len(tokenizer) > model_cfg.vocab_size:
     raise ConfigError(f"init_from: the model's vocab_size {model_cfg.vocab_size} is smaller than the "

@@ -38,7 +38,7 @@ from recipe_jax.stages import rl_batch, rollouts
 from recipe_jax.stages.rl_objective import PolicyLossConfig, make_rl_loss, make_token_logprobs, rl_normalizers
 from recipe_jax.stages.sft import DataSourceConfig, open_source
 from recipe_jax.training import (OptimizerConfig, init_train_state, jit_train_step, learning_rate_schedule,
-                                 make_optimizer, make_train_step)
+                                 make_optimizer, make_train_step, split_micro_batches)
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,8 @@ class RlConfig:
   engine_slots: int = 64
   routing_replay: bool | None = None   # None: on for MoE models, off for dense
   async_generation: bool = False
-  dtype: DType = "float32"
+  dtype: DType = "float32"        # compute dtype
+  param_dtype: DType = "float32"  # master weights, whatever the checkpoint stores (bf16 masters lose small updates)
   remat: Remat = "none"
   moe_impl: MoeImpl = "ragged"
   seed: int = 0
@@ -99,6 +100,12 @@ class RlConfig:
     require(self.num_micro_batches >= 1, "num_micro_batches", "must be >= 1")
     require(self.engine_slots >= 1, "engine_slots", "must be >= 1")
     require(bool(self.sources) or self.demo is not None, "sources", "name at least one prompt source")
+    r = self.rollout
+    tempered = r.temperature != 1.0 or r.top_p < 1.0 or r.top_k > 0
+    require(not tempered or (self.loss.correction == "none" and self.loss.kl_reward_coef == 0), "rollout.temperature",
+            "the engine reports log-probs at temperature 1 over the whole vocabulary; with temperature, top_p or "
+            "top_k they do not describe the sampling distribution, so loss.correction must be 'none' and "
+            "loss.kl_reward_coef 0")
     require(self.seq_len == 0 or self.seq_len >= self.prompts.max_prompt_len + self.rollout.max_new_tokens,
             "seq_len", f"must be 0 or >= max_prompt_len + max_new_tokens = "
             f"{self.prompts.max_prompt_len + self.rollout.max_new_tokens}")
@@ -118,24 +125,42 @@ class RlConfig:
 
 
 class _Passes:
-  """Jitted log-prob passes: the proximal (old) policy, the reference, and the no-replay check."""
+  """Jitted log-prob passes (the proximal policy, the reference, the no-replay check), run over
+  `num_micro_batches` micro-batches in sequence like the train step, so they fit where it fits."""
 
   def __init__(self, model_cfg, cfg: RlConfig, mesh):
     fn = make_token_logprobs(model_cfg, chunk_size=cfg.loss.logprob_chunk_size, mesh=mesh)
-    self.logprobs = jax.jit(fn)
-    self.without_replay = jax.jit(lambda p, b: fn(p, {k: v for k, v in b.items() if k != "replay_experts"}))
+    n = cfg.num_micro_batches
+
+    def micro_batched(params, batch):
+      inputs = {k: batch[k] for k in (*_PASS_FIELDS, "replay_experts") if k in batch}
+      if n == 1:
+        return fn(params, inputs)
+      out = jax.lax.map(lambda mb: fn(params, mb), split_micro_batches(inputs, n))   # [n, B/n, T]
+      return out.swapaxes(0, 1).reshape(out.shape[0] * out.shape[1], -1)          # undoes the strided split
+
+    self.logprobs = jax.jit(micro_batched)
+    self.without_replay = jax.jit(lambda p, b: micro_batched(p, {k: v for k, v in b.items() if k != "replay_experts"}))
+
+
+_PASS_FIELDS = ("tokens", "targets", "positions", "segment_ids")
 
 
 def _kl_reward_penalty(groups, passes: _Passes, ref_params, cfg: RlConfig, mesh, replay_shape) -> float:
-  """Subtracts kl_reward_coef * sum_t (log pi_sampler - log pi_ref) from every reward; returns the mean KL."""
+  """Subtracts kl_reward_coef * sum_t (log pi_sampler - log pi_ref) from every reward (a mini-batch of
+  samples per reference pass); returns the mean KL."""
   samples = [s for g in groups for s in g.samples]
-  rows, layout = rl_batch.pack_samples(samples, seq_len=cfg.row_len, rows_multiple=batch_shards(mesh),
-                                       max_segments=cfg.loss.max_segments, replay_shape=replay_shape)
-  ref = np.asarray(passes.logprobs(ref_params, global_batch(rows, mesh)))
-  kl = rl_batch.segment_sums(rows["sampler_logprobs"] - ref, rows["loss_mask"], rows["segment_ids"], layout)
-  for s, k in zip(samples, kl):
-    s.reward -= cfg.loss.kl_reward_coef * float(k)
-  return float(np.mean(kl))
+  kls = []
+  for part in rl_batch.mini_batches(samples, cfg.num_mini_batches):
+    rows, layout = rl_batch.pack_samples(part, seq_len=cfg.row_len, max_segments=cfg.loss.max_segments,
+                                         rows_multiple=batch_shards(mesh) * cfg.num_micro_batches,
+                                         replay_shape=replay_shape)
+    ref = np.asarray(passes.logprobs(ref_params, global_batch(rows, mesh)))
+    kl = rl_batch.segment_sums(rows["sampler_logprobs"] - ref, rows["loss_mask"], rows["segment_ids"], layout)
+    for s, k in zip(part, kl):
+      s.reward -= cfg.loss.kl_reward_coef * float(k)
+    kls.append(kl)
+  return float(np.mean(np.concatenate(kls)))
 
 
 def _train_batches(groups, cfg: RlConfig, mesh, replay_shape) -> list[dict]:
@@ -170,6 +195,9 @@ def run(cfg: RlConfig, *, resume: bool = False) -> dict:
   from recipe_jax.rewards.pool import RewardPool
   from recipe_jax.sampling.engine import Engine
 
+  if jax.process_count() > 1:
+    raise ConfigError(f"the RL stage runs in one process for now ({jax.process_count()} here): every host would "
+                      "generate the same rollouts and feed them as its own rows")
   out_dir = pathlib.Path(cfg.output_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
   mesh = make_mesh(cfg.mesh)
@@ -186,8 +214,9 @@ def run(cfg: RlConfig, *, resume: bool = False) -> dict:
                             example_fn, cfg.prompts)
 
   # --- policy, reference, engine --------------------------------------------------
-  model_cfg, params = hf.load(cfg.init_from, mesh=mesh)
-  model_cfg = dataclasses.replace(model_cfg, dtype=cfg.dtype, remat=cfg.remat, moe_impl=cfg.moe_impl)
+  model_cfg, params = hf.load(cfg.init_from, mesh=mesh, dtype=cfg.param_dtype)
+  model_cfg = dataclasses.replace(model_cfg, dtype=cfg.dtype, param_dtype=cfg.param_dtype, remat=cfg.remat,
+                                  moe_impl=cfg.moe_impl)
   if len(tokenizer) > model_cfg.vocab_size:
     raise ConfigError(f"init_from: the model's vocab_size {model_cfg.vocab_size} is smaller than the tokenizer's "
                       f"{len(tokenizer)} tokens")
@@ -216,7 +245,7 @@ def run(cfg: RlConfig, *, resume: bool = False) -> dict:
   checkpointer = Checkpointer(CheckpointConfig(str(out_dir / "checkpoints"), every_steps=cfg.checkpoint_every,
                                                keep_last=cfg.keep_checkpoints))
   saved = {"train": state, "engine": _copy(state.params)} if cfg.async_generation else {"train": state}
-  start = 0
+  start, empty_steps, summary = 0, 0, {}
   if checkpointer.steps():
     if not resume:
       raise ConfigError(f"output_dir: {out_dir} already holds checkpoints {checkpointer.steps()}; "
@@ -224,12 +253,12 @@ def run(cfg: RlConfig, *, resume: bool = False) -> dict:
     restored = checkpointer.restore(abstract_state(saved, jax.tree.map(lambda x: x.sharding, saved)))
     state, start = restored.state["train"], int(restored.data_state["rl_step"])
     pipeline.set_state(restored.data_state["prompts"])
+    empty_steps, summary = int(restored.data_state["empty_steps"]), dict(restored.data_state["summary"])
     if cfg.async_generation:
       engine.update_params(restored.state["engine"])
     print(f"resumed from RL step {start} (optimizer step {int(state.step)})", flush=True)
   del saved
 
-  summary: dict = {}
   if cfg.demo is not None and start == 0:
     summary["demo_before"] = _demo_eval(cfg, model_cfg, state.params, tokenizer)
     print(f"demo before: exact match {summary['demo_before']:.3f}", flush=True)
@@ -246,7 +275,7 @@ def run(cfg: RlConfig, *, resume: bool = False) -> dict:
                             seed=cfg.seed, step=step)
 
   metrics: dict = {}
-  empty_steps = 0
+  steps_run = start
   pending, pending_data = None, pipeline.get_state()
   with checkpointer, writer, pool:
     try:
@@ -261,14 +290,15 @@ def run(cfg: RlConfig, *, resume: bool = False) -> dict:
           push_s = time.perf_counter() - t0
         groups, stats = pending.result() if pending is not None else collect(step)
         wait_s = time.perf_counter() - started
-        if cfg.async_generation and step + 1 < cfg.steps:
+        if stats.data_exhausted and not groups:
+          log.warning("the prompts ran out after %d RL steps", step)
+          break
+        if cfg.async_generation:  # the next rollouts come from the weights before this step's update
           t0 = time.perf_counter()
           engine.update_params(_copy(state.params))
           push_s = time.perf_counter() - t0
-          pending_data = pipeline.get_state()
-          pending = executor.submit(collect, step + 1)
-        else:
-          pending_data = pipeline.get_state()
+        pending_data = pipeline.get_state()
+        pending = executor.submit(collect, step + 1) if cfg.async_generation and step + 1 < cfg.steps else None
 
         row = dict(stats.metrics(), **{"time/rollout_wait_s": wait_s, "time/weight_push_s": push_s})
         if cfg.loss.kl_reward_coef > 0 and groups:
@@ -287,7 +317,9 @@ def run(cfg: RlConfig, *, resume: bool = False) -> dict:
             batches = [dict(b, old_logprobs=passes.logprobs(state.params, b)) for b in batches]
           if cfg.loss.kl_coef > 0:
             batches = [dict(b, ref_logprobs=passes.logprobs(ref_params, b)) for b in batches]
-          row["rl/sampler_abs_diff"] = _mean_abs_diff(passes.logprobs(state.params, batches[0]), batches[0])
+          current = batches[0].get("old_logprobs")
+          row["rl/sampler_abs_diff"] = _mean_abs_diff(
+              current if current is not None else passes.logprobs(state.params, batches[0]), batches[0])
           if replay:
             row["rl/sampler_abs_diff_without_replay"] = _mean_abs_diff(passes.without_replay(state.params, batches[0]),
                                                                        batches[0])
@@ -299,31 +331,34 @@ def run(cfg: RlConfig, *, resume: bool = False) -> dict:
             for b in batches:
               state, m = step_fn(state, b)
               step_metrics.append(m)
-              train_tokens += int(b["tokens"].size)
+              train_tokens += int((np.asarray(b["segment_ids"]) > 0).sum())
           metrics = {k: float(np.mean([float(m[k]) for m in step_metrics])) for k in step_metrics[0]}
           row["time/train_s"] = time.perf_counter() - t0
-          row["time/train_tokens_per_s"] = train_tokens / max(row["time/train_s"], 1e-9)
+          row["time/train_tokens_per_s"] = train_tokens / max(row["time/train_s"], 1e-9)  # real (non-padding) tokens
           row.update(metrics)
         if cfg.demo is not None and cfg.demo.eval_every and (step + 1) % cfg.demo.eval_every == 0:
           row["demo/exact_match"] = _demo_eval(cfg, model_cfg, state.params, tokenizer)
         row["time/step_s"] = time.perf_counter() - started
         writer.write(step + 1, row, tokens=train_tokens or None)
-        data_state = {"rl_step": step + 1, "prompts": pending_data}
+        steps_run = step + 1
+        data_state = {"rl_step": step + 1, "prompts": pending_data, "empty_steps": empty_steps, "summary": summary}
         saved = {"train": state, "engine": engine.params} if cfg.async_generation else {"train": state}
         checkpointer.maybe_save(step + 1, saved, data_state, to_dict(cfg), force=step + 1 == cfg.steps)
         if (step + 1) % cfg.log_every == 0:
           log.info("RL step %d reward %.3f pass %.3f kept %d/%d %s", step + 1, row["rollout/reward_mean"],
                    row["rollout/pass_rate"], stats.groups_kept, stats.prompts, dict(stats.dropped))
-        if stats.data_exhausted and not groups:
-          log.warning("the prompts ran out after %d RL steps", step + 1)
-          break
     finally:
       if executor is not None:
         executor.shutdown(wait=True, cancel_futures=True)
+    if start < steps_run < cfg.steps:  # the prompts ran out: keep where it stopped
+      checkpointer.maybe_save(steps_run, {"train": state, "engine": engine.params} if cfg.async_generation
+                              else {"train": state}, {"rl_step": steps_run, "prompts": pending_data,
+                                                      "empty_steps": empty_steps, "summary": summary},
+                              to_dict(cfg), force=True)
 
   report = pipeline.report()
   print(f"prompts: {report.summary()}")
-  summary.update(rl_steps=cfg.steps, optimizer_steps=int(state.step), empty_steps=empty_steps,
+  summary.update(rl_steps=steps_run, optimizer_steps=int(state.step), empty_steps=empty_steps,
                  prompts=report.to_state(), final={k: float(v) for k, v in metrics.items()})
   if cfg.export_hf:
     hf.save(out_dir / "hf", model_cfg, state.params)
@@ -356,7 +391,7 @@ def cpu_variant(full: RlConfig, *, output_dir: str, init_from: str, prompts_per_
       rollout=dc.replace(full.rollout, group_size=group_size or full.rollout.group_size, max_new_tokens=16,
                          reward_workers=1),
       loss=dc.replace(full.loss, logprob_chunk_size=64, max_segments=16),
-      optimizer=OptimizerConfig(learning_rate=1e-4, schedule="constant", total_steps=steps * full.num_mini_batches,
+      optimizer=OptimizerConfig(learning_rate=1e-4, schedule="constant", total_steps=steps * full.updates_per_step,
                                 b2=0.98, clip_norm=1.0),
       mesh=MeshConfig(fsdp=1), num_micro_batches=1, engine_slots=engine_slots, dtype="float32", remat="none",
       moe_impl="dense" if moe else full.moe_impl, checkpoint_every=10,

@@ -9,9 +9,9 @@ loss, the sample's advantage and the engine's log-probs. The engine's expert ids
 (rows first, so micro-batching and batch sharding split them like the rest; the
 loss transposes them for `forward`).
 
-Rows are filled first-fit by decreasing length; the row count is rounded up to a
-power of two and then to a multiple of `rows_multiple`, so a run compiles a few
-shapes, not one per step.
+Rows are filled first-fit by decreasing length; the row count is rounded up to
+one of eight steps per power of two (and a multiple of `rows_multiple`), so a run
+compiles a few shapes, not one per step, and pads at most an eighth of the rows.
 """
 
 from __future__ import annotations
@@ -24,8 +24,12 @@ FIELDS = ("tokens", "targets", "loss_mask", "segment_ids", "positions", "advanta
 
 
 def num_rows(needed: int, rows_multiple: int) -> int:
-  rows = 1 << max(needed - 1, 0).bit_length()
-  return -(-rows // rows_multiple) * rows_multiple
+  """`needed` rounded up to a multiple of max(rows_multiple, an eighth of the largest power of two
+  <= needed): at most eight shapes per doubling of the batch, and at most 1/8 of the rows padding
+  (beyond `rows_multiple`)."""
+  step = max(rows_multiple, (1 << (max(needed, 1).bit_length() - 1)) // 8)
+  step = -(-step // rows_multiple) * rows_multiple
+  return max(-(-needed // step) * step, rows_multiple)
 
 
 def assign_rows(lengths: list[int], seq_len: int, max_segments: int) -> list[list[int]]:
@@ -58,7 +62,7 @@ def pack_samples(samples: list[Sample], *, seq_len: int, rows_multiple: int = 1,
   out = {name: np.zeros((b, seq_len), np.float32 if name in ("loss_mask", "advantages", "sampler_logprobs")
                         else np.int32) for name in FIELDS}
   if replay_shape is not None:
-    out["replay_experts"] = np.zeros((b, seq_len, *replay_shape), np.int32)
+    out["replay_experts"] = np.zeros((b, seq_len, *replay_shape), np.int16)  # int32 in the loss
   for r, members in enumerate(layout):
     start = 0
     for seg, i in enumerate(members, start=1):

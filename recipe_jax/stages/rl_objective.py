@@ -62,7 +62,7 @@ def rl_normalizers(batch: dict) -> dict:
 
 def _replay(batch: dict):
   experts = batch.get("replay_experts")
-  return None if experts is None else jnp.transpose(experts, (2, 0, 1, 3))  # [L, B, T, k]
+  return None if experts is None else jnp.transpose(experts, (2, 0, 1, 3)).astype(jnp.int32)  # [L, B, T, k]
 
 
 def make_token_logprobs(model: ModelConfig, *, chunk_size: int = 1024, mesh=None, with_entropy: bool = False):

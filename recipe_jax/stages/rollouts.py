@@ -219,6 +219,9 @@ def _sample(c: Completion, reward: float, reason: str, cfg: RolloutConfig, stats
   if truncated and cfg.truncation == "penalty":
     reward = cfg.truncation_penalty
   stats.reward_sum += reward
+  experts = c.expert_ids
+  if experts is not None:  # kept until training: one byte per expert id where they fit
+    experts = experts.astype(np.uint8 if experts.max(initial=0) < 256 else np.int16)
   return Sample(list(c.prompt_ids), list(c.token_ids), np.asarray(c.logprobs, np.float32), c.finish_reason,
-                reward, reason, expert_ids=c.expert_ids,
+                reward, reason, expert_ids=experts,
                 train=not (truncated and cfg.truncation == "mask") and c.finish_reason != "error")

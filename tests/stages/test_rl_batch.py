@@ -44,7 +44,7 @@ def test_first_fit_decreasing_respects_length_and_segment_limits():
   assert sorted(i for r in rows for i in r) == list(range(6))
   with pytest.raises(ValueError, match="does not fit seq_len"):
     rl_batch.assign_rows([9], seq_len=8, max_segments=2)
-  assert [rl_batch.num_rows(n, 4) for n in (1, 3, 5, 9)] == [4, 4, 8, 16]
+  assert [rl_batch.num_rows(n, 4) for n in (1, 3, 5, 9, 129)] == [4, 4, 8, 12, 144]
 
 
 def test_mini_batches_cover_every_sample_once():
