@@ -45,11 +45,14 @@ class GpuBlocks(NamedTuple):
   num_stages: int
 
 
-def default_gpu_blocks(seq_len: int, head_dim: int) -> GpuBlocks:
-  """Tiles for Hopper-class GPUs: 128 x 64 for head dim 128 (register budget), 128 x 128 below."""
+def default_gpu_blocks(seq_len: int, head_dim: int, itemsize: int = 2) -> GpuBlocks:
+  """Tiles for Hopper-class GPUs. 16-bit inputs: 128 x 64 for head dim 128 (register budget),
+  128 x 128 below. 32-bit inputs take half each way: at 128 x 128 the backward's tiles ask for
+  more shared memory than an H200 has (257 KiB of 227)."""
   cap = max(16, 1 << max(0, seq_len - 1).bit_length())  # no tile longer than the padded sequence
-  block_q = min(128, cap)
-  block_k = min(64 if head_dim > 64 else 128, cap)
+  wide = itemsize >= 4
+  block_q = min(64 if wide else 128, cap)
+  block_k = min((32 if wide else 64) if head_dim > 64 else (64 if wide else 128), cap)
   return GpuBlocks(block_q, block_k, num_warps=8 if head_dim > 64 else 4, num_stages=2)
 
 
@@ -284,7 +287,7 @@ def flash_attention_gpu(q: jax.Array, k: jax.Array, v: jax.Array, *, q_segment_i
   `default_gpu_blocks`. Differentiable in q, k and v.
   """
   t, h = q.shape[1], q.shape[3]
-  blocks = blocks or default_gpu_blocks(t, h)
+  blocks = blocks or default_gpu_blocks(t, h, q.dtype.itemsize)
   tile = math.lcm(blocks.block_q, blocks.block_k)
   padded = -(-t // tile) * tile
   args = [_pad_rows(x, padded) for x in (q, k, v, q_segment_ids, kv_segment_ids)]

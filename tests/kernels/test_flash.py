@@ -104,5 +104,7 @@ def test_tpu_block_sizes_divide_the_padded_length():
 def test_gpu_blocks_are_powers_of_two_within_the_sequence():
   assert default_gpu_blocks(65536, 128) == GpuBlocks(128, 64, 8, 2)
   assert default_gpu_blocks(4096, 64) == GpuBlocks(128, 128, 4, 2)
+  assert default_gpu_blocks(4096, 64, itemsize=4) == GpuBlocks(64, 64, 4, 2)   # float32: shared memory
+  assert default_gpu_blocks(4096, 128, itemsize=4) == GpuBlocks(64, 32, 8, 2)
   small = default_gpu_blocks(20, 64)
   assert small.block_q == small.block_k == 32
