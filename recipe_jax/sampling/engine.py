@@ -112,6 +112,7 @@ class Engine(jetstream_compat.EngineBase):
     self._param_shardings = param_shardings(config, self._abstract, mesh) if mesh is not None else None
     self._requests_inserted = 0
     self._prefill_fn = jax.jit(functools.partial(_prefill, config, mesh))
+    self._extend_fn = jax.jit(functools.partial(_extend, config, mesh, max_len))
     self._insert_fn = jax.jit(_insert, donate_argnums=(1,))
     self._step_fn = jax.jit(functools.partial(_step, config, mesh), donate_argnums=(1,))
     self._params = None
@@ -141,16 +142,20 @@ class Engine(jetstream_compat.EngineBase):
 
   def prefill(self, *, params: dict | None = None, existing_prefix: Prefix | None = None,
               padded_tokens, true_length: int) -> Prefix:
-    """Runs a prompt (padded ids, `true_length` real ones) and returns its `Prefix`."""
-    if existing_prefix is not None:
-      raise NotImplementedError("prefill on top of an existing prefix is not supported")
+    """Runs a prompt (padded ids, `true_length` real ones) and returns its `Prefix`.
+
+    With `existing_prefix`, the tokens continue that prefix (JetStream's prefix reuse, e.g. a
+    shared system prompt prefilled once): they are fed one at a time through the decode step
+    on top of its keys and values, so the result equals prefilling the whole sequence at once.
+    """
     tokens = np.asarray(padded_tokens, np.int32).reshape(-1)
     true_length = int(true_length)
+    start = 0 if existing_prefix is None else int(existing_prefix.length)
     if true_length < 1:
       raise ValueError("empty prompt: a prompt needs at least one token")
-    if true_length >= self.max_len:
-      raise ValueError(f"prompt of {true_length} tokens does not fit the cache: max_len={self.max_len} "
-                       "holds the prompt and at least one generated token")
+    if start + true_length >= self.max_len:
+      raise ValueError(f"prompt of {start + true_length} tokens ({start} from existing_prefix) does not fit "
+                       f"the cache: max_len={self.max_len} holds the prompt and at least one generated token")
     if true_length > tokens.size:
       raise ValueError(f"true_length={true_length} exceeds the {tokens.size} padded tokens")
     real = tokens[:true_length]
@@ -160,8 +165,10 @@ class Engine(jetstream_compat.EngineBase):
     bucket = max(prefill_bucket(true_length, self.max_len), min(tokens.size, self.max_len))
     padded = np.full((1, bucket), self.pad_id, np.int32)
     padded[0, :true_length] = real
-    return self._prefill_fn(self._params if params is None else params, padded,
-                            np.array([true_length], np.int32))
+    params = self._params if params is None else params
+    if existing_prefix is not None:
+      return self._extend_fn(params, existing_prefix, padded[0], np.int32(true_length))
+    return self._prefill_fn(params, padded, np.array([true_length], np.int32))
 
   def insert(self, prefix: Prefix, decode_state: DecodeState, slot: int, *,
              sampling: SamplingParams | None = None, key: jax.Array | None = None) -> DecodeState:
@@ -250,6 +257,37 @@ def _prefill(config: ModelConfig, mesh, params: dict, tokens: jax.Array, lengths
   out = cached.prefill(config, params, tokens, lengths, mesh=mesh)
   ids = None if out.expert_ids is None else out.expert_ids[:, 0]
   return Prefix(out.k[:, 0], out.v[:, 0], lengths[0], out.last_logits[0], ids)
+
+
+def _extend(config: ModelConfig, mesh, max_len: int, params: dict, prefix: Prefix, tokens: jax.Array,
+            count: jax.Array) -> Prefix:
+  """`prefix` continued by the first `count` of `tokens [N]`, one decode step each, in a one-slot
+  cache of `max_len` positions (the returned keys and values are that long). Steps past `count`
+  leave the cache, logits and expert ids as they were."""
+  cache = cached.empty_cache(config, 1, max_len)
+  cache = cached.KVCache(jax.lax.dynamic_update_slice(cache.k, prefix.k[:, None].astype(cache.k.dtype), (0,) * 5),
+                         jax.lax.dynamic_update_slice(cache.v, prefix.v[:, None].astype(cache.v.dtype), (0,) * 5))
+  ids = None
+  if prefix.expert_ids is not None:
+    ids = jnp.zeros(prefix.expert_ids.shape[:1] + (max_len,) + prefix.expert_ids.shape[2:], prefix.expert_ids.dtype)
+    ids = jax.lax.dynamic_update_slice(ids, prefix.expert_ids, (0, 0, 0))
+
+  def feed(carry, xs):
+    cache, logits, ids = carry
+    i, token = xs
+    position = prefix.length + i
+    out = cached.decode_step(config, params, cache, token[None], position[None], mesh=mesh)
+    live = i < count
+    cache = jax.tree.map(lambda new, old: jnp.where(live, new, old), out.cache, cache)
+    logits = jnp.where(live, out.logits[0], logits)
+    if ids is not None:
+      ids = jnp.where(live, jax.lax.dynamic_update_slice(ids, out.expert_ids.astype(ids.dtype),
+                                                         (0, position, 0)), ids)
+    return (cache, logits, ids), None
+
+  steps = (jnp.arange(tokens.shape[0], dtype=jnp.int32), tokens)
+  (cache, logits, ids), _ = jax.lax.scan(feed, (cache, prefix.last_logits, ids), steps)
+  return Prefix(cache.k[:, 0], cache.v[:, 0], prefix.length + count, logits, ids)
 
 
 def _insert(prefix: Prefix, state: DecodeState, slot, key, temperature, top_k, top_p) -> DecodeState:

@@ -57,6 +57,28 @@ def test_greedy_matches_forward_argmax_logprobs_and_experts(models, name):
       assert c.expert_ids is None
 
 
+@pytest.mark.parametrize("name", ["tiny-dense", "tiny-moe"])
+def test_prefill_on_an_existing_prefix_equals_one_prefill(models, name):
+  """JetStream prefix reuse: prefill(head) then prefill(existing_prefix=..., tail) is prefill(head + tail)."""
+  cfg, params, _, engine = models[name]
+  head, tail = PROMPTS[2], PROMPTS[0]
+  whole = engine.prefill(padded_tokens=head + tail, true_length=len(head + tail))
+  first = engine.prefill(padded_tokens=head, true_length=len(head))
+  joined = engine.prefill(existing_prefix=first, padded_tokens=tail + [0] * 3, true_length=len(tail))
+  n = len(head + tail)
+  assert int(joined.length) == int(whole.length) == n
+  np.testing.assert_allclose(joined.last_logits, whole.last_logits, atol=1e-5)
+  np.testing.assert_allclose(joined.k[:, :n], whole.k[:, :n], atol=1e-5)
+  np.testing.assert_allclose(joined.v[:, :n], whole.v[:, :n], atol=1e-5)
+  if cfg.is_moe:
+    np.testing.assert_array_equal(joined.expert_ids[:, :n], whole.expert_ids[:, :n])
+  state = engine.insert(joined, engine.init_decode_state(), 0, key=jnp.zeros((2,), jnp.uint32))
+  again = engine.insert(whole, engine.init_decode_state(), 0, key=jnp.zeros((2,), jnp.uint32))
+  assert int(state.tokens[0]) == int(again.tokens[0])
+  with pytest.raises(ValueError, match="from existing_prefix"):
+    engine.prefill(existing_prefix=joined, padded_tokens=list(range(1, 10)), true_length=9)
+
+
 def test_continuous_batching_matches_one_at_a_time_and_seeds(models):
   cfg, params, _, engine = models["tiny-moe"]
   single = Engine(cfg, params, slots=1, max_len=PAD)
