@@ -42,7 +42,7 @@ from recipe_jax.losses import token_logprobs
 from recipe_jax.losses.distill import DIVERGENCES, chunked_divergence, distill_advantages, sampled_kl_loss
 from recipe_jax.losses.policy import policy_loss
 from recipe_jax.models import ModelConfig, forward
-from recipe_jax.stages.rl_objective import PolicyLossConfig, rl_normalizers
+from recipe_jax.stages.rl_objective import PolicyLossConfig, replayed_experts, rl_normalizers
 
 DistillKind = Literal["sampled", "advantage", "reverse_kl", "forward_kl", "jsd"]
 distill_normalizers = rl_normalizers   # num_tokens and num_sequences of the whole optimizer step
@@ -89,11 +89,6 @@ class DistillLossConfig:
     return self.kind in DIVERGENCES
 
 
-def _replay(batch: dict):
-  experts = batch.get("replay_experts")
-  return None if experts is None else jnp.transpose(experts, (2, 0, 1, 3))  # [L, B, T, k]
-
-
 def _head(model: ModelConfig, params):
   return params["embed"].T if model.tie_word_embeddings else params["lm_head"]
 
@@ -128,7 +123,7 @@ def make_distill_loss(model: ModelConfig, loss: DistillLossConfig, *, num_domain
   def make(heads: tuple = ()):
     def loss_fn(params, batch, normalizers):
       out = forward(model, params, batch["tokens"], positions=batch["positions"], segment_ids=batch["segment_ids"],
-                    replay_experts=_replay(batch), return_hidden=True, mesh=mesh)
+                    replay_experts=replayed_experts(batch), return_hidden=True, mesh=mesh)
       head = _head(model, params)
       logp = token_logprobs(out.hidden_states, head, batch["targets"], chunk_size=loss.logprob_chunk_size)
       mask = batch["loss_mask"].astype(jnp.float32)

@@ -60,7 +60,9 @@ def rl_normalizers(batch: dict) -> dict:
   return {"num_tokens": mask.sum(), "num_sequences": count_sequences(mask, batch["segment_ids"])}
 
 
-def _replay(batch: dict):
+def replayed_experts(batch: dict):
+  """The batch's recorded expert ids `[B, T, L_moe, k]` (stored small) as `forward`'s
+  `replay_experts` `[L_moe, B, T, k]` int32, or None without routing replay."""
   experts = batch.get("replay_experts")
   return None if experts is None else jnp.transpose(experts, (2, 0, 1, 3)).astype(jnp.int32)  # [L, B, T, k]
 
@@ -70,7 +72,7 @@ def make_token_logprobs(model: ModelConfig, *, chunk_size: int = 1024, mesh=None
 
   def fn(params, batch):
     out = forward(model, params, batch["tokens"], positions=batch["positions"], segment_ids=batch["segment_ids"],
-                  replay_experts=_replay(batch), return_hidden=True, mesh=mesh)
+                  replay_experts=replayed_experts(batch), return_hidden=True, mesh=mesh)
     head = params["embed"].T if model.tie_word_embeddings else params["lm_head"]
     lp = token_logprobs(out.hidden_states, head, batch["targets"], chunk_size=chunk_size, with_entropy=with_entropy)
     return (lp, out.aux_loss) if with_entropy else lp
